@@ -1,0 +1,51 @@
+// Compute kernels over rows of any DType against f32 activations. Each kernel has a scalar
+// reference (`*_ref`, the oracle) and SIMD versions; `Kernels()` returns the best set this CPU
+// supports, chosen once at run time. Tests compare every available set with the reference.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "tensor/dtype.h"
+
+namespace kvllm {
+
+class ThreadPool;
+
+enum class SimdLevel { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+const char* SimdLevelName(SimdLevel level);
+
+// Function table for one SIMD level. `row` points at a row of n elements in `t`; n is a
+// multiple of BlockElems(t) but need not be a multiple of the vector width.
+struct KernelSet {
+  SimdLevel level;
+  // sum_j dequant(row)[j] * x[j]
+  float (*dot)(DType t, const void* row, const float* x, int64_t n);
+  // y[j] += a * dequant(row)[j]
+  void (*axpy)(DType t, const void* row, float a, float* y, int64_t n);
+  // y[j] = dequant(row)[j]
+  void (*dequantize)(DType t, const void* row, float* y, int64_t n);
+  // sum_j a[j] * b[j]
+  float (*dot_f32)(const float* a, const float* b, int64_t n);
+};
+
+// The best set this CPU supports (the environment variable KVLLM_SIMD=scalar|avx2|avx512 may
+// lower the choice, for comparisons).
+const KernelSet& Kernels();
+// Every set this CPU can run, scalar first (for tests).
+std::vector<const KernelSet*> AvailableKernelSets();
+const KernelSet& ReferenceKernels();
+
+// Y[t][o] = sum_i W[o][i] * X[t][i]
+//   W: [n_out][n_in] rows of type wt (row stride RowBytes(wt, n_in))
+//   X: [n_tok][n_in] f32, Y: [n_tok][n_out] f32
+// Rows of W are split across the pool's threads; with n_tok > 1 each row of W is dequantized
+// once and reused for every token (matrix x matrix), with n_tok == 1 it is a matrix x vector.
+// `pool` may be nullptr (runs on the calling thread).
+void MatMul(DType wt, const void* w, int64_t n_out, int64_t n_in, const float* x, int64_t n_tok,
+            float* y, ThreadPool* pool);
+// Same contract using the reference kernels on one thread: the oracle for MatMul.
+void MatMul_ref(DType wt, const void* w, int64_t n_out, int64_t n_in, const float* x,
+                int64_t n_tok, float* y);
+
+}  // namespace kvllm

@@ -1,0 +1,29 @@
+// Quantized block layouts, bit-identical to GGUF's Q8_0 and Q4_0, and their scalar reference
+// quantize / dequantize routines.
+#pragma once
+
+#include <cstdint>
+
+#include "tensor/dtype.h"
+
+namespace kvllm {
+
+// Q8_0: x[j] = d * qs[j].
+struct BlockQ8_0 {
+  uint16_t d;  // f16 scale
+  int8_t qs[kQK];
+};
+static_assert(sizeof(BlockQ8_0) == 34);
+
+// Q4_0: x[j] = d * ((qs[j] & 0xF) - 8), x[j + 16] = d * ((qs[j] >> 4) - 8), j < 16.
+struct BlockQ4_0 {
+  uint16_t d;  // f16 scale
+  uint8_t qs[kQK / 2];
+};
+static_assert(sizeof(BlockQ4_0) == 18);
+
+// Converts n floats (n a multiple of BlockElems(t)) into a row of type t, and back.
+void QuantizeRow(DType t, const float* x, void* row, int64_t n);
+void DequantizeRow(DType t, const void* row, float* y, int64_t n);
+
+}  // namespace kvllm

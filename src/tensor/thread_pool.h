@@ -1,0 +1,29 @@
+// ThreadPool: a fixed set of worker threads that live as long as the pool; the caller's thread
+// takes part as worker 0. ParallelFor blocks until every task has run. No thread is created
+// and nothing is allocated per call. A pool is driven by one caller thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+namespace kvllm {
+
+class ThreadPool {
+ public:
+  // n_threads >= 1 counts the caller; 0 means one per online CPU.
+  explicit ThreadPool(int n_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const;
+  // Runs fn(task, thread) for task in [0, n_tasks); thread in [0, size()) identifies the worker
+  // (for per-thread scratch). Tasks are handed out dynamically.
+  void ParallelFor(int64_t n_tasks, const std::function<void(int64_t task, int thread)>& fn);
+
+ private:
+  struct Impl;
+  Impl* impl_;
+};
+
+}  // namespace kvllm
