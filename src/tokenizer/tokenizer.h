@@ -23,8 +23,19 @@ enum class TokenType : int32_t {
   kByte = 6,
 };
 
+// The vocabulary as stored in GGUF, independent of the file (tests build one by hand).
+struct SpmVocab {
+  std::vector<std::string> pieces;
+  std::vector<float> scores;      // empty: all 0
+  std::vector<TokenType> types;   // empty: all kNormal
+  TokenId bos = 1, eos = 2, unk = 0;
+  bool add_bos = true, add_eos = false, add_space_prefix = true;
+};
+
 class Tokenizer {
  public:
+  // Validates the vocabulary (sizes agree, special ids in range, unique pieces).
+  static StatusOr<Tokenizer> FromVocab(SpmVocab vocab);
   // Reads tokenizer.ggml.{model,tokens,scores,token_type,bos_token_id,eos_token_id,
   // unknown_token_id,add_bos_token,add_eos_token,add_space_prefix}.
   static StatusOr<Tokenizer> FromGguf(const gguf::GgufFile& file);
