@@ -4,7 +4,9 @@
 // and BOS/EOS handling, matching llama.cpp's "spm" tokenizer.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -42,10 +44,12 @@ class Tokenizer {
 
   // Text to ids; `add_special` adds BOS/EOS as the vocabulary asks (add_bos / add_eos).
   std::vector<TokenId> Encode(std::string_view text, bool add_special) const;
-  // The bytes of one token as it appears in text (control tokens give "", byte tokens their
-  // byte, '▁' becomes ' '). Bytes of a multi-byte UTF-8 character may be split across tokens.
+  // The bytes of one token as it appears in text (control tokens and out-of-range ids give "",
+  // byte tokens their byte, unknown tokens their text such as "<unk>" so that lost input stays
+  // visible, '▁' becomes ' '). Bytes of a multi-byte UTF-8 character may be split across tokens.
   std::string TokenToPiece(TokenId id) const;
-  // Ids to text; a leading space from the added prefix is removed when `strip_leading_space`.
+  // Ids to text; a leading space from the added prefix is removed when `strip_leading_space`
+  // (only if the vocabulary adds that prefix: otherwise a leading space is the text's own).
   std::string Decode(const std::vector<TokenId>& ids, bool strip_leading_space = true) const;
 
   int32_t vocab_size() const { return static_cast<int32_t>(pieces_.size()); }
@@ -59,11 +63,27 @@ class Tokenizer {
   std::vector<std::string> pieces_;
   std::vector<float> scores_;
   std::vector<TokenType> types_;
-  std::unordered_map<std::string, TokenId> piece_to_id_;
-  TokenId byte_tokens_[256];
+  // Transparent so that Encode can look up string_views without building strings.
+  struct PieceHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  // Only pieces that text may produce (not control, unknown, unused or byte tokens).
+  std::unordered_map<std::string, TokenId, PieceHash, std::equal_to<>> piece_to_id_;
+  TokenId byte_tokens_[256];  // -1 where the vocabulary has no <0xNN> token
   TokenId bos_ = 1, eos_ = 2, unk_ = 0;
   bool add_bos_ = true, add_eos_ = false, add_space_prefix_ = true;
 };
+
+// How the UTF-8 sequence at the start of `bytes` reads (strict: no overlongs, surrogates or
+// code points above U+10FFFF). kInvalid: `length` bytes (at least 1) form the maximal prefix
+// that can never complete and should become one U+FFFD. kIncomplete: all of `bytes` is a valid
+// but unfinished character. Shared by Encode and Utf8Streamer so both split text alike.
+struct Utf8Scan {
+  enum Kind { kValid, kInvalid, kIncomplete } kind;
+  size_t length;
+};
+Utf8Scan ScanUtf8(std::string_view bytes);
 
 // Streams token pieces as valid UTF-8: bytes of an incomplete character are held back until
 // the character is complete (or flushed as U+FFFD when it can never complete).
