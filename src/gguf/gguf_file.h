@@ -1,7 +1,9 @@
 // GgufFile: a read-only view of a GGUF (v2 or v3) file. Metadata is parsed into values; tensor
 // data stays in the mmap'd file and is never copied. Every length, count and offset is checked
 // against the file's size before it is used: a corrupt or truncated file yields a Status that
-// names the offending field, never a crash.
+// names the offending field, never a crash. Parsing also rejects duplicate keys or tensor names,
+// misaligned or overlapping tensor data, and more than 2^24 metadata values in all (each costs
+// ~100 bytes of memory, so the cap bounds what a crafted file can make the parser allocate).
 //
 // File layout (little-endian):
 //   magic "GGUF" | u32 version | u64 n_tensors | u64 n_kv
@@ -23,11 +25,15 @@
 
 namespace kvllm::gguf {
 
+// Arrays may nest (arrays of arrays); deeper nesting than this is rejected as corrupt so that a
+// crafted file cannot exhaust the stack.
+inline constexpr int kMaxArrayNesting = 8;
+
 enum class ValueType : uint32_t {
   kUint8 = 0, kInt8 = 1, kUint16 = 2, kInt16 = 3, kUint32 = 4, kInt32 = 5, kFloat32 = 6,
   kBool = 7, kString = 8, kArray = 9, kUint64 = 10, kInt64 = 11, kFloat64 = 12,
 };
-const char* ValueTypeName(ValueType type);
+const char* ValueTypeName(ValueType type);  // "u32", "string", ...; "unknown" otherwise
 
 // One metadata value. Scalars are widened into `u` (unsigned and bool), `i` (signed) or
 // `f` (floating); `type` says which member is meaningful.
@@ -42,7 +48,8 @@ struct Value {
 
   bool IsInteger() const;
   bool IsFloat() const { return type == ValueType::kFloat32 || type == ValueType::kFloat64; }
-  // Short human-readable rendering; long arrays are abbreviated ("[32000 × string] ...").
+  // Short human-readable rendering; long arrays are abbreviated ("[32000 × string] [...]"),
+  // strings are quoted and escaped, and very long strings are cut with their byte count noted.
   std::string ToString(size_t max_elems = 8) const;
 };
 
@@ -89,6 +96,9 @@ class GgufFile {
 
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
+  // File offset of the tensor data section (TensorInfo::offset is relative to it). It can lie
+  // past the end of the file when the file holds no tensor data.
+  uint64_t data_offset() const { return data_offset_; }
   size_t file_size() const { return size_; }
   const std::string& path() const { return path_; }
 
@@ -98,6 +108,7 @@ class GgufFile {
 
   // Typed getters: an absent key gives `fallback` when one is given, otherwise an error;
   // a present key of an incompatible type is always an error naming the key.
+  // GetUint accepts every integer type (not bool); a negative signed value is an error.
   StatusOr<uint64_t> GetUint(std::string_view key) const;
   StatusOr<uint64_t> GetUint(std::string_view key, uint64_t fallback) const;
   StatusOr<double> GetFloat(std::string_view key) const;  // accepts ints and floats
@@ -119,6 +130,7 @@ class GgufFile {
   bool mapped_ = false;  // true when data_ is our own mmap
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
+  uint64_t data_offset_ = 0;
   std::vector<std::pair<std::string, Value>> metadata_;
   std::map<std::string, size_t, std::less<>> metadata_index_;
   std::vector<TensorInfo> tensors_;
