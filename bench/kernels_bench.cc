@@ -1,1 +1,111 @@
-int main() { return 0; }
+// Kernel and MatMul throughput. Matrix x vector is memory bound: watch bytes_per_second (weight
+// bytes streamed). Prefill (n_tok > 1) is compute bound: watch FLOP/s.
+//   kernels_bench --benchmark_filter=MatMul --benchmark_min_time=0.2
+// KVLLM_SIMD=scalar|avx2 selects the kernel set MatMul and Kernels() use.
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tensor/dtype.h"
+#include "tensor/kernels.h"
+#include "tensor/quant.h"
+#include "tensor/thread_pool.h"
+
+namespace kvllm {
+namespace {
+
+// Random weights of type t, [rows][n].
+std::vector<uint8_t> RandomRows(DType t, int64_t rows, int64_t n) {
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> src(n);
+  std::vector<uint8_t> out(RowBytes(t, n) * rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (float& v : src) v = dist(rng);
+    QuantizeRow(t, src.data(), out.data() + r * RowBytes(t, n), n);
+  }
+  return out;
+}
+
+std::vector<float> RandomFloats(int64_t n) {
+  std::mt19937 rng(2);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> x(n);
+  for (float& v : x) v = dist(rng);
+  return x;
+}
+
+std::string Label(DType t) {
+  return std::string(DTypeName(t)) + "/" + SimdLevelName(Kernels().level);
+}
+
+// Args: dtype (ggml number), n.
+void BM_Dot(benchmark::State& state) {
+  const auto t = static_cast<DType>(state.range(0));
+  const int64_t n = state.range(1);
+  const std::vector<uint8_t> row = RandomRows(t, 1, n);
+  const std::vector<float> x = RandomFloats(n);
+  const KernelSet& ks = Kernels();
+  for (auto _ : state) benchmark::DoNotOptimize(ks.dot(t, row.data(), x.data(), n));
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(RowBytes(t, n)));
+  state.counters["FLOP/s"] =
+      benchmark::Counter(2.0 * n * state.iterations(), benchmark::Counter::kIsRate);
+  state.SetLabel(Label(t));
+}
+
+// Args: dtype (ggml number), n_out, n_in, n_tok, threads.
+void BM_MatMul(benchmark::State& state) {
+  const auto t = static_cast<DType>(state.range(0));
+  const int64_t n_out = state.range(1);
+  const int64_t n_in = state.range(2);
+  const int64_t n_tok = state.range(3);
+  ThreadPool pool(static_cast<int>(state.range(4)));
+  const std::vector<uint8_t> w = RandomRows(t, n_out, n_in);
+  const std::vector<float> x = RandomFloats(n_tok * n_in);  // [n_tok][n_in]
+  std::vector<float> y(n_tok * n_out);                      // [n_tok][n_out]
+  for (auto _ : state) {
+    MatMul(t, w.data(), n_out, n_in, x.data(), n_tok, y.data(), &pool);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(w.size()));
+  state.counters["FLOP/s"] = benchmark::Counter(2.0 * n_out * n_in * n_tok * state.iterations(),
+                                                benchmark::Counter::kIsRate);
+  state.SetLabel(Label(t));
+}
+
+// Overhead of one ParallelFor with trivial tasks. Args: threads.
+void BM_ParallelFor(benchmark::State& state) {
+  ThreadPool pool(static_cast<int>(state.range(0)));
+  std::vector<int64_t> sink(64 * pool.size());
+  for (auto _ : state) {
+    pool.ParallelFor(16, [&](int64_t task, int thread) { sink[64 * thread] += task; });
+  }
+  benchmark::DoNotOptimize(sink.data());
+}
+
+constexpr int64_t kF32 = static_cast<int64_t>(DType::kF32);
+constexpr int64_t kF16 = static_cast<int64_t>(DType::kF16);
+constexpr int64_t kBF16 = static_cast<int64_t>(DType::kBF16);
+constexpr int64_t kQ8_0 = static_cast<int64_t>(DType::kQ8_0);
+constexpr int64_t kQ4_0 = static_cast<int64_t>(DType::kQ4_0);
+
+BENCHMARK(BM_Dot)
+    ->ArgNames({"dtype", "n"})
+    ->ArgsProduct({{kF32, kF16, kBF16, kQ8_0, kQ4_0}, {256, 4096}});
+
+// 2048 x 2048 matrix x vector (decode) and x 64 tokens (prefill), on 1 and 2 threads.
+BENCHMARK(BM_MatMul)
+    ->ArgNames({"dtype", "n_out", "n_in", "n_tok", "threads"})
+    ->ArgsProduct({{kF32, kF16, kBF16, kQ8_0, kQ4_0}, {2048}, {2048}, {1, 64}, {1, 2}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
+BENCHMARK(BM_ParallelFor)->ArgNames({"threads"})->Arg(1)->Arg(2)->UseRealTime();
+
+}  // namespace
+}  // namespace kvllm
+
+BENCHMARK_MAIN();

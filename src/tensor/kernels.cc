@@ -1,1 +1,217 @@
-// placeholder: to be written
+#include "tensor/kernels.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string_view>
+
+#include "tensor/kernels_internal.h"
+#include "tensor/thread_pool.h"
+
+namespace kvllm {
+
+namespace internal {
+
+SimdLevel ChooseSimdLevel(SimdLevel supported, const char* env) {
+  if (env == nullptr || *env == '\0') return supported;
+  const std::string_view want(env);
+  SimdLevel requested;
+  if (want == "scalar") {
+    requested = SimdLevel::kScalar;
+  } else if (want == "avx2") {
+    requested = SimdLevel::kAvx2;
+  } else if (want == "avx512") {
+    requested = SimdLevel::kAvx512;
+  } else {
+    std::fprintf(stderr, "kvllm: ignoring unknown KVLLM_SIMD=%s (scalar|avx2|avx512)\n", env);
+    return supported;
+  }
+  // The variable can only lower the choice: asking for more than the CPU has is not an error.
+  return std::min(requested, supported);
+}
+
+}  // namespace internal
+
+namespace {
+
+bool CpuHasAvx2() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+         __builtin_cpu_supports("f16c");
+}
+
+const internal::LevelKernels& LevelKernelsFor(SimdLevel level) {
+  switch (level) {
+    case SimdLevel::kAvx2:
+      return internal::Avx2LevelKernels();
+    case SimdLevel::kScalar:
+    case SimdLevel::kAvx512:  // not implemented; never reported as supported
+      break;
+  }
+  return internal::ScalarLevelKernels();
+}
+
+const internal::LevelKernels& ActiveLevelKernels() {
+  static const internal::LevelKernels& active = LevelKernelsFor(internal::ChooseSimdLevel(
+      CpuHasAvx2() ? SimdLevel::kAvx2 : SimdLevel::kScalar, std::getenv("KVLLM_SIMD")));
+  return active;
+}
+
+// Output rows per ParallelFor task. Each task writes whole, disjoint row ranges of Y (for every
+// token), 16 or more floats at a time, so threads meet on at most the cache lines at the ends
+// of their ranges. Prefill tasks are n_tok times heavier, hence smaller.
+constexpr int64_t kMatVecTaskRows = 32;
+constexpr int64_t kMatMatTaskRows = 16;
+static_assert(kMatMatTaskRows % internal::kTileRows == 0);
+
+// Prefill cache blocking. A task works on a slice of kSliceCols input columns of its rows
+// (dequantized: 16 x 1024 f32 = 64 KiB, the 4-row tile in use 16 KiB, in L1) against a block
+// of kTokBlock tokens (64 x 4 KiB = 256 KiB of X, in L2), so each x vector fetched from L2 feeds
+// 4 rows and each w vector in L1 feeds 2 tokens, whatever n_in and n_tok are. Partial sums of
+// successive slices are added into Y. A slice boundary must not split a quant block.
+constexpr int64_t kSliceCols = 1024;
+constexpr int64_t kTokBlock = 64;
+static_assert(kSliceCols % kQK == 0);
+
+struct MatMulJob {
+  const internal::LevelKernels* kernels;
+  DType wt;
+  const uint8_t* w;  // [n_out] rows of row_bytes
+  size_t row_bytes;
+  int64_t n_out;
+  int64_t n_in;
+  const float* x;  // [n_tok][n_in]
+  int64_t n_tok;
+  float* y;  // [n_tok][n_out]
+  int64_t rows_per_task;
+};
+
+void MatVecRows(const MatMulJob& job, int64_t begin, int64_t end) {
+  for (int64_t o = begin; o < end; ++o) {
+    job.y[o] = job.kernels->set.dot(job.wt, job.w + o * job.row_bytes, job.x, job.n_in);
+  }
+}
+
+// This thread's buffer for one task's dequantized weight slice, [kMatMatTaskRows][kSliceCols]
+// f32. Allocated on the thread's first prefill, never again.
+float* SliceScratch() {
+  thread_local std::vector<float> scratch(kMatMatTaskRows * kSliceCols);
+  return scratch.data();
+}
+
+void MatMatRows(const MatMulJob& job, int64_t begin, int64_t end) {
+  const int64_t n_rows = end - begin;
+  float* scratch = SliceScratch();
+  for (int64_t t0 = 0; t0 < job.n_tok; t0 += kTokBlock) {
+    const int64_t n_tok = std::min(kTokBlock, job.n_tok - t0);
+    for (int64_t k0 = 0; k0 < job.n_in; k0 += kSliceCols) {
+      const int64_t cols = std::min(kSliceCols, job.n_in - k0);
+      // w_slice: [n_rows][cols] with row stride w_stride.
+      const float* w_slice;
+      int64_t w_stride;
+      const size_t col_offset = RowBytes(job.wt, k0);
+      if (job.wt == DType::kF32) {
+        // Used in place; dequantizing would only copy.
+        w_slice = reinterpret_cast<const float*>(job.w + begin * job.row_bytes + col_offset);
+        w_stride = job.n_in;
+      } else {
+        for (int64_t r = 0; r < n_rows; ++r) {
+          job.kernels->set.dequantize(job.wt, job.w + (begin + r) * job.row_bytes + col_offset,
+                                      scratch + r * cols, cols);
+        }
+        w_slice = scratch;
+        w_stride = cols;
+      }
+      for (int64_t g = 0; g < n_rows; g += internal::kTileRows) {
+        job.kernels->dot_tile({
+            .w = w_slice + g * w_stride,
+            .w_stride = w_stride,
+            .n_rows = static_cast<int>(std::min<int64_t>(internal::kTileRows, n_rows - g)),
+            .x = job.x + t0 * job.n_in + k0,
+            .x_stride = job.n_in,
+            .n_tok = n_tok,
+            .n = cols,
+            .y = job.y + t0 * job.n_out + begin + g,
+            .y_stride = job.n_out,
+            .accumulate = k0 > 0,
+        });
+      }
+    }
+  }
+}
+
+void RunMatMulTask(const MatMulJob& job, int64_t task) {
+  const int64_t begin = task * job.rows_per_task;
+  const int64_t end = std::min(begin + job.rows_per_task, job.n_out);
+  if (job.n_tok == 1) {
+    MatVecRows(job, begin, end);
+  } else {
+    MatMatRows(job, begin, end);
+  }
+}
+
+}  // namespace
+
+const char* SimdLevelName(SimdLevel level) {
+  switch (level) {
+    case SimdLevel::kScalar:
+      return "scalar";
+    case SimdLevel::kAvx2:
+      return "avx2";
+    case SimdLevel::kAvx512:
+      return "avx512";
+  }
+  return "unknown";
+}
+
+const KernelSet& Kernels() { return ActiveLevelKernels().set; }
+
+std::vector<const KernelSet*> AvailableKernelSets() {
+  std::vector<const KernelSet*> sets = {&internal::ScalarLevelKernels().set};
+  if (CpuHasAvx2()) sets.push_back(&internal::Avx2LevelKernels().set);
+  return sets;
+}
+
+const KernelSet& ReferenceKernels() { return internal::ScalarLevelKernels().set; }
+
+void MatMul(DType wt, const void* w, int64_t n_out, int64_t n_in, const float* x, int64_t n_tok,
+            float* y, ThreadPool* pool) {
+  if (n_out <= 0 || n_tok <= 0) return;
+  if (n_in == 0) {  // empty sums; the prefill path would never touch Y
+    std::fill(y, y + n_tok * n_out, 0.0f);
+    return;
+  }
+  const MatMulJob job = {
+      .kernels = &ActiveLevelKernels(),
+      .wt = wt,
+      .w = static_cast<const uint8_t*>(w),
+      .row_bytes = RowBytes(wt, n_in),
+      .n_out = n_out,
+      .n_in = n_in,
+      .x = x,
+      .n_tok = n_tok,
+      .y = y,
+      .rows_per_task = n_tok == 1 ? kMatVecTaskRows : kMatMatTaskRows,
+  };
+  const int64_t n_tasks = (n_out + job.rows_per_task - 1) / job.rows_per_task;
+  if (pool == nullptr) {
+    for (int64_t task = 0; task < n_tasks; ++task) RunMatMulTask(job, task);
+    return;
+  }
+  // Capturing one reference keeps the std::function in its small buffer: no allocation.
+  pool->ParallelFor(n_tasks, [&job](int64_t task, int) { RunMatMulTask(job, task); });
+}
+
+void MatMul_ref(DType wt, const void* w, int64_t n_out, int64_t n_in, const float* x, int64_t n_tok,
+                float* y) {
+  const KernelSet& ref = ReferenceKernels();
+  const auto* rows = static_cast<const uint8_t*>(w);
+  const size_t row_bytes = RowBytes(wt, n_in);
+  for (int64_t t = 0; t < n_tok; ++t) {
+    for (int64_t o = 0; o < n_out; ++o) {
+      y[t * n_out + o] = ref.dot(wt, rows + o * row_bytes, x + t * n_in, n_in);
+    }
+  }
+}
+
+}  // namespace kvllm

@@ -40,7 +40,8 @@ const KernelSet& ReferenceKernels();
 //   W: [n_out][n_in] rows of type wt (row stride RowBytes(wt, n_in))
 //   X: [n_tok][n_in] f32, Y: [n_tok][n_out] f32
 // Rows of W are split across the pool's threads; with n_tok > 1 each row of W is dequantized
-// once and reused for every token (matrix x matrix), with n_tok == 1 it is a matrix x vector.
+// once per block of up to 64 tokens and reused for all of them (matrix x matrix), with
+// n_tok == 1 it is a matrix x vector. After a thread's first call nothing is allocated.
 // `pool` may be nullptr (runs on the calling thread).
 void MatMul(DType wt, const void* w, int64_t n_out, int64_t n_in, const float* x, int64_t n_tok,
             float* y, ThreadPool* pool);

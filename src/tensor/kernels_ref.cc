@@ -1,1 +1,85 @@
-// placeholder: to be written
+// Scalar reference kernels: the oracle every SIMD level is tested against, and the fallback on
+// CPUs without AVX2. Written for clarity; each follows the math of kernels.h literally.
+#include "tensor/fp16.h"
+#include "tensor/kernels_internal.h"
+#include "tensor/quant.h"
+
+namespace kvllm::internal {
+
+namespace {
+
+float DotF32(const float* a, const float* b, int64_t n) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+float Dot(DType t, const void* row, const float* x, int64_t n) {
+  switch (t) {
+    case DType::kF32:
+      return DotF32(static_cast<const float*>(row), x, n);
+    case DType::kF16: {
+      const auto* h = static_cast<const uint16_t*>(row);
+      float sum = 0.0f;
+      for (int64_t i = 0; i < n; ++i) sum += F16ToF32(h[i]) * x[i];
+      return sum;
+    }
+    case DType::kBF16: {
+      const auto* b = static_cast<const uint16_t*>(row);
+      float sum = 0.0f;
+      for (int64_t i = 0; i < n; ++i) sum += BF16ToF32(b[i]) * x[i];
+      return sum;
+    }
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+      break;
+  }
+  // Block types: one block at a time through the reference dequantizer.
+  const auto* bytes = static_cast<const uint8_t*>(row);
+  const size_t block_bytes = BlockBytes(t);
+  float sum = 0.0f;
+  float w[kQK];
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    DequantizeRow(t, bytes + b * block_bytes, w, kQK);
+    sum += DotF32(w, x + b * kQK, kQK);
+  }
+  return sum;
+}
+
+void Axpy(DType t, const void* row, float a, float* y, int64_t n) {
+  const auto* bytes = static_cast<const uint8_t*>(row);
+  const int64_t block = BlockElems(t);
+  const size_t block_bytes = BlockBytes(t);
+  // Dequantize through a small buffer so every type shares the loop.
+  constexpr int64_t kChunk = 64;  // a multiple of kQK
+  float w[kChunk];
+  for (int64_t i = 0; i < n; i += kChunk) {
+    const int64_t len = n - i < kChunk ? n - i : kChunk;
+    DequantizeRow(t, bytes + (i / block) * block_bytes, w, len);
+    for (int64_t j = 0; j < len; ++j) y[i + j] += a * w[j];
+  }
+}
+
+void Dequantize(DType t, const void* row, float* y, int64_t n) { DequantizeRow(t, row, y, n); }
+
+void DotTile(const TileArgs& a) {
+  for (int64_t t = 0; t < a.n_tok; ++t) {
+    for (int r = 0; r < a.n_rows; ++r) {
+      const float dot = DotF32(a.w + r * a.w_stride, a.x + t * a.x_stride, a.n);
+      float& out = a.y[t * a.y_stride + r];
+      out = a.accumulate ? out + dot : dot;
+    }
+  }
+}
+
+}  // namespace
+
+const LevelKernels& ScalarLevelKernels() {
+  static constexpr LevelKernels kLevel = {
+      {SimdLevel::kScalar, &Dot, &Axpy, &Dequantize, &DotF32},
+      &DotTile,
+  };
+  return kLevel;
+}
+
+}  // namespace kvllm::internal

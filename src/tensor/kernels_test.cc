@@ -1,1 +1,269 @@
-// placeholder: to be written
+// Every SIMD kernel set against the scalar reference, and MatMul against MatMul_ref.
+#include "tensor/kernels.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tensor/dtype.h"
+#include "tensor/kernels_internal.h"
+#include "tensor/quant.h"
+#include "tensor/thread_pool.h"
+
+namespace kvllm {
+namespace {
+
+constexpr DType kAllTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0};
+
+// Float types at sizes around the 8-lane vector and 32-element unroll; block types at whole
+// blocks, odd and even counts.
+std::vector<int64_t> TestSizes(DType t) {
+  if (BlockElems(t) == 1) return {1, 7, 8, 9, 31, 33, 100, 1000, 4099};
+  return {32, 64, 96, 160, 4128};
+}
+
+std::vector<float> RandomFloats(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> x(n);
+  for (float& v : x) v = dist(rng);
+  return x;
+}
+
+// A row of type t built from random floats, and its exact dequantized values.
+struct Row {
+  std::vector<uint8_t> bytes;
+  std::vector<float> values;
+};
+
+Row RandomRow(DType t, int64_t n, uint32_t seed) {
+  Row row;
+  row.bytes.resize(RowBytes(t, n));
+  row.values.resize(n);
+  const std::vector<float> x = RandomFloats(n, seed);
+  QuantizeRow(t, x.data(), row.bytes.data(), n);
+  DequantizeRow(t, row.bytes.data(), row.values.data(), n);
+  return row;
+}
+
+// Float sums of n terms drift by O(sqrt(n)) ulps of the sum of magnitudes in practice (O(n)
+// at worst); 1e-5 * sqrt(n) allows ~80 * sqrt(n) ulps, far above reordering noise yet far
+// below any indexing or scaling bug.
+double DotTolerance(const std::vector<float>& w, const float* x, int64_t n) {
+  double sum_abs = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum_abs += std::fabs(static_cast<double>(w[i]) * x[i]);
+  return 1e-5 * std::sqrt(static_cast<double>(n)) * sum_abs;
+}
+
+std::string Describe(const KernelSet* ks, DType t, int64_t n) {
+  return std::string(SimdLevelName(ks->level)) + " " + DTypeName(t) + " n=" + std::to_string(n);
+}
+
+TEST(KernelsTest, AvailableSetsStartWithReference) {
+  const std::vector<const KernelSet*> sets = AvailableKernelSets();
+  ASSERT_FALSE(sets.empty());
+  EXPECT_EQ(sets[0], &ReferenceKernels());
+  EXPECT_EQ(sets[0]->level, SimdLevel::kScalar);
+  bool active_listed = false;
+  for (const KernelSet* ks : sets) active_listed |= ks == &Kernels();
+  EXPECT_TRUE(active_listed);
+}
+
+TEST(KernelsTest, SimdEnvCanOnlyLowerTheLevel) {
+  using internal::ChooseSimdLevel;
+  EXPECT_EQ(ChooseSimdLevel(SimdLevel::kAvx2, nullptr), SimdLevel::kAvx2);
+  EXPECT_EQ(ChooseSimdLevel(SimdLevel::kAvx2, ""), SimdLevel::kAvx2);
+  EXPECT_EQ(ChooseSimdLevel(SimdLevel::kAvx2, "scalar"), SimdLevel::kScalar);
+  EXPECT_EQ(ChooseSimdLevel(SimdLevel::kAvx2, "avx2"), SimdLevel::kAvx2);
+  EXPECT_EQ(ChooseSimdLevel(SimdLevel::kAvx2, "avx512"), SimdLevel::kAvx2);
+  EXPECT_EQ(ChooseSimdLevel(SimdLevel::kScalar, "avx2"), SimdLevel::kScalar);
+  EXPECT_EQ(ChooseSimdLevel(SimdLevel::kAvx2, "bogus"), SimdLevel::kAvx2);
+}
+
+TEST(KernelsTest, ReferenceDotMatchesDoubleSum) {
+  for (DType t : kAllTypes) {
+    for (int64_t n : TestSizes(t)) {
+      const Row row = RandomRow(t, n, 1);
+      const std::vector<float> x = RandomFloats(n, 2);
+      double exact = 0.0;
+      for (int64_t i = 0; i < n; ++i) exact += static_cast<double>(row.values[i]) * x[i];
+      EXPECT_NEAR(ReferenceKernels().dot(t, row.bytes.data(), x.data(), n), exact,
+                  DotTolerance(row.values, x.data(), n))
+          << DTypeName(t) << " n=" << n;
+    }
+  }
+}
+
+TEST(KernelsTest, DotMatchesReference) {
+  const KernelSet& ref = ReferenceKernels();
+  for (const KernelSet* ks : AvailableKernelSets()) {
+    for (DType t : kAllTypes) {
+      for (int64_t n : TestSizes(t)) {
+        const Row row = RandomRow(t, n, 3);
+        const std::vector<float> x = RandomFloats(n, 4);
+        EXPECT_NEAR(ks->dot(t, row.bytes.data(), x.data(), n),
+                    ref.dot(t, row.bytes.data(), x.data(), n),
+                    DotTolerance(row.values, x.data(), n))
+            << Describe(ks, t, n);
+      }
+    }
+  }
+}
+
+TEST(KernelsTest, DotF32MatchesReference) {
+  const KernelSet& ref = ReferenceKernels();
+  for (const KernelSet* ks : AvailableKernelSets()) {
+    for (int64_t n : TestSizes(DType::kF32)) {
+      const std::vector<float> a = RandomFloats(n, 5);
+      const std::vector<float> b = RandomFloats(n, 6);
+      EXPECT_NEAR(ks->dot_f32(a.data(), b.data(), n), ref.dot_f32(a.data(), b.data(), n),
+                  DotTolerance(a, b.data(), n))
+          << Describe(ks, DType::kF32, n);
+    }
+    EXPECT_EQ(ks->dot_f32(nullptr, nullptr, 0), 0.0f);
+  }
+}
+
+TEST(KernelsTest, AxpyMatchesReference) {
+  constexpr float kA = -0.37f;
+  const KernelSet& ref = ReferenceKernels();
+  for (const KernelSet* ks : AvailableKernelSets()) {
+    for (DType t : kAllTypes) {
+      for (int64_t n : TestSizes(t)) {
+        const Row row = RandomRow(t, n, 7);
+        const std::vector<float> y0 = RandomFloats(n, 8);
+        // One guard element past the end catches tail stores that overrun.
+        std::vector<float> y = y0;
+        std::vector<float> want = y0;
+        y.push_back(42.0f);
+        ks->axpy(t, row.bytes.data(), kA, y.data(), n);
+        ref.axpy(t, row.bytes.data(), kA, want.data(), n);
+        for (int64_t i = 0; i < n; ++i) {
+          // A fused multiply-add and a different grouping of a * d * q differ by a few ulps.
+          const double tol = 4 * 0x1p-24 * (std::fabs(y0[i]) + std::fabs(kA * row.values[i]));
+          ASSERT_NEAR(y[i], want[i], tol) << Describe(ks, t, n) << " i=" << i;
+        }
+        EXPECT_EQ(y[n], 42.0f) << Describe(ks, t, n);
+      }
+    }
+  }
+}
+
+TEST(KernelsTest, DequantizeMatchesReferenceExactly) {
+  // Every conversion involved (f16, bf16, int8 and 4-bit to f32, one multiply by d) is exact or
+  // a single rounding of the same product, so the results must agree bit for bit.
+  const KernelSet& ref = ReferenceKernels();
+  for (const KernelSet* ks : AvailableKernelSets()) {
+    for (DType t : kAllTypes) {
+      for (int64_t n : TestSizes(t)) {
+        const Row row = RandomRow(t, n, 9);
+        std::vector<float> y(n + 1, 42.0f);
+        std::vector<float> want(n);
+        ks->dequantize(t, row.bytes.data(), y.data(), n);
+        ref.dequantize(t, row.bytes.data(), want.data(), n);
+        for (int64_t i = 0; i < n; ++i) {
+          ASSERT_EQ(y[i], want[i]) << Describe(ks, t, n) << " i=" << i;
+        }
+        EXPECT_EQ(y[n], 42.0f) << Describe(ks, t, n);
+      }
+    }
+  }
+}
+
+// Compares MatMul on `pool` with MatMul_ref for one shape.
+void ExpectMatMulMatches(DType t, int64_t n_out, int64_t n_in, int64_t n_tok, ThreadPool* pool) {
+  std::vector<uint8_t> w(RowBytes(t, n_in) * n_out);
+  std::vector<float> w_values(n_in * n_out);  // [n_out][n_in]
+  const std::vector<float> w_src = RandomFloats(n_in * n_out, 10);
+  for (int64_t o = 0; o < n_out; ++o) {
+    QuantizeRow(t, w_src.data() + o * n_in, w.data() + o * RowBytes(t, n_in), n_in);
+    DequantizeRow(t, w.data() + o * RowBytes(t, n_in), w_values.data() + o * n_in, n_in);
+  }
+  const std::vector<float> x = RandomFloats(n_tok * n_in, 11);  // [n_tok][n_in]
+  std::vector<float> y(n_tok * n_out, std::nanf(""));           // [n_tok][n_out]
+  std::vector<float> want(n_tok * n_out);
+  MatMul(t, w.data(), n_out, n_in, x.data(), n_tok, y.data(), pool);
+  MatMul_ref(t, w.data(), n_out, n_in, x.data(), n_tok, want.data());
+  for (int64_t tok = 0; tok < n_tok; ++tok) {
+    for (int64_t o = 0; o < n_out; ++o) {
+      const std::vector<float> w_row(w_values.begin() + o * n_in,
+                                     w_values.begin() + (o + 1) * n_in);
+      ASSERT_NEAR(y[tok * n_out + o], want[tok * n_out + o],
+                  DotTolerance(w_row, x.data() + tok * n_in, n_in))
+          << DTypeName(t) << " n_out=" << n_out << " n_in=" << n_in << " n_tok=" << n_tok
+          << " threads=" << (pool ? pool->size() : 0) << " y[" << tok << "][" << o << "]";
+    }
+  }
+}
+
+TEST(MatMulTest, MatchesReference) {
+  ThreadPool pool1(1);
+  ThreadPool pool2(2);
+  ThreadPool pool3(3);
+  for (ThreadPool* pool : {&pool1, &pool2, &pool3}) {
+    for (DType t : kAllTypes) {
+      for (int64_t n_out : {1, 17, 67}) {
+        for (int64_t n_in : {32, 96, 288}) {
+          for (int64_t n_tok : {1, 3, 17}) ExpectMatMulMatches(t, n_out, n_in, n_tok, pool);
+        }
+      }
+    }
+  }
+}
+
+TEST(MatMulTest, WithoutPool) {
+  for (DType t : kAllTypes) {
+    ExpectMatMulMatches(t, 67, 96, 1, nullptr);
+    ExpectMatMulMatches(t, 67, 96, 5, nullptr);
+  }
+}
+
+TEST(MatMulTest, FloatWeightsAtWidthsOffTheVector) {
+  ThreadPool pool(2);
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (int64_t n_in : {1, 7, 9, 33}) {
+      for (int64_t n_tok : {1, 2, 5}) ExpectMatMulMatches(t, 21, n_in, n_tok, &pool);
+    }
+  }
+}
+
+TEST(MatMulTest, LargerThanOneTask) {
+  ThreadPool pool(2);
+  for (DType t : {DType::kF32, DType::kQ8_0, DType::kQ4_0}) {
+    ExpectMatMulMatches(t, 300, 1024, 1, &pool);
+    ExpectMatMulMatches(t, 300, 1024, 9, &pool);
+  }
+}
+
+TEST(MatMulTest, CrossesCacheBlocks) {
+  // MatMul splits prefill into slices of input columns and blocks of tokens (1024 and 64 at
+  // the time of writing); these shapes leave partial slices and partial token blocks.
+  ThreadPool pool(2);
+  for (DType t : kAllTypes) ExpectMatMulMatches(t, 37, 2080, 67, &pool);
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+    ExpectMatMulMatches(t, 9, 1029, 130, &pool);
+  }
+}
+
+TEST(MatMulTest, EmptyShapesWriteNothing) {
+  ThreadPool pool(2);
+  float y = 42.0f;
+  MatMul(DType::kF32, nullptr, 0, 32, nullptr, 4, &y, &pool);
+  MatMul(DType::kF32, nullptr, 4, 32, nullptr, 0, &y, &pool);
+  EXPECT_EQ(y, 42.0f);
+}
+
+TEST(MatMulTest, NoInputsGiveZeros) {
+  ThreadPool pool(2);
+  for (int64_t n_tok : {1, 3}) {
+    std::vector<float> y(n_tok * 5, 42.0f);
+    MatMul(DType::kQ8_0, nullptr, 5, 0, nullptr, n_tok, y.data(), &pool);
+    for (float v : y) EXPECT_EQ(v, 0.0f) << "n_tok=" << n_tok;
+  }
+}
+
+}  // namespace
+}  // namespace kvllm

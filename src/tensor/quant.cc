@@ -1,1 +1,117 @@
-// placeholder: to be written
+#include "tensor/quant.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "base/status.h"
+#include "tensor/fp16.h"
+
+namespace kvllm {
+
+namespace {
+
+void QuantizeBlockQ8_0(const float* x, BlockQ8_0* b) {
+  float amax = 0.0f;
+  for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  b->d = F32ToF16(d);
+  for (int j = 0; j < kQK; ++j) b->qs[j] = static_cast<int8_t>(std::lround(x[j] * id));
+}
+
+void QuantizeBlockQ4_0(const float* x, BlockQ4_0* b) {
+  // The scale maps the element of largest magnitude to -8 exactly, which gains one level over
+  // a symmetric [-7, 7] range; the other sign then tops out at 7 (q = 15).
+  float amax = 0.0f;
+  float max = 0.0f;
+  for (int j = 0; j < kQK; ++j) {
+    if (std::fabs(x[j]) > amax) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  }
+  const float d = max / -8.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  b->d = F32ToF16(d);
+  for (int j = 0; j < kQK / 2; ++j) {
+    // x * id lies in [-8, 8], so + 8.5 truncates to round-half-up in [0, 16]; 16 clamps to 15.
+    const int lo = std::min(15, static_cast<int>(x[j] * id + 8.5f));
+    const int hi = std::min(15, static_cast<int>(x[j + kQK / 2] * id + 8.5f));
+    b->qs[j] = static_cast<uint8_t>(lo | (hi << 4));
+  }
+}
+
+}  // namespace
+
+void QuantizeRow(DType t, const float* x, void* row, int64_t n) {
+  KVLLM_CHECK(n % BlockElems(t) == 0);
+  switch (t) {
+    case DType::kF32:
+      std::memcpy(row, x, static_cast<size_t>(n) * sizeof(float));
+      return;
+    case DType::kF16: {
+      auto* out = static_cast<uint16_t*>(row);
+      for (int64_t i = 0; i < n; ++i) out[i] = F32ToF16(x[i]);
+      return;
+    }
+    case DType::kBF16: {
+      auto* out = static_cast<uint16_t*>(row);
+      for (int64_t i = 0; i < n; ++i) out[i] = F32ToBF16(x[i]);
+      return;
+    }
+    case DType::kQ8_0: {
+      auto* blocks = static_cast<BlockQ8_0*>(row);
+      for (int64_t b = 0; b < n / kQK; ++b) QuantizeBlockQ8_0(x + b * kQK, &blocks[b]);
+      return;
+    }
+    case DType::kQ4_0: {
+      auto* blocks = static_cast<BlockQ4_0*>(row);
+      for (int64_t b = 0; b < n / kQK; ++b) QuantizeBlockQ4_0(x + b * kQK, &blocks[b]);
+      return;
+    }
+  }
+}
+
+void DequantizeRow(DType t, const void* row, float* y, int64_t n) {
+  KVLLM_CHECK(n % BlockElems(t) == 0);
+  switch (t) {
+    case DType::kF32:
+      std::memcpy(y, row, static_cast<size_t>(n) * sizeof(float));
+      return;
+    case DType::kF16: {
+      const auto* in = static_cast<const uint16_t*>(row);
+      for (int64_t i = 0; i < n; ++i) y[i] = F16ToF32(in[i]);
+      return;
+    }
+    case DType::kBF16: {
+      const auto* in = static_cast<const uint16_t*>(row);
+      for (int64_t i = 0; i < n; ++i) y[i] = BF16ToF32(in[i]);
+      return;
+    }
+    case DType::kQ8_0: {
+      const auto* blocks = static_cast<const BlockQ8_0*>(row);
+      for (int64_t b = 0; b < n / kQK; ++b) {
+        const float d = F16ToF32(blocks[b].d);
+        float* yb = y + b * kQK;
+        for (int j = 0; j < kQK; ++j) yb[j] = d * static_cast<float>(blocks[b].qs[j]);
+      }
+      return;
+    }
+    case DType::kQ4_0: {
+      const auto* blocks = static_cast<const BlockQ4_0*>(row);
+      for (int64_t b = 0; b < n / kQK; ++b) {
+        const float d = F16ToF32(blocks[b].d);
+        float* yb = y + b * kQK;
+        for (int j = 0; j < kQK / 2; ++j) {
+          const uint8_t q = blocks[b].qs[j];
+          yb[j] = d * static_cast<float>((q & 0x0f) - 8);
+          yb[j + kQK / 2] = d * static_cast<float>((q >> 4) - 8);
+        }
+      }
+      return;
+    }
+  }
+}
+
+}  // namespace kvllm

@@ -1,6 +1,11 @@
 // ThreadPool: a fixed set of worker threads that live as long as the pool; the caller's thread
 // takes part as worker 0. ParallelFor blocks until every task has run. No thread is created
-// and nothing is allocated per call. A pool is driven by one caller thread at a time.
+// and nothing is allocated per call. Idle workers poll for a few tens of microseconds, then
+// sleep on a futex, so an idle pool costs no CPU.
+//
+// Thread safety: a pool is driven by one caller thread at a time (calls from several threads
+// must be serialized by the user). fn runs concurrently on up to size() threads, must not
+// throw, and must not call ParallelFor on the same pool. size() may be called from any thread.
 #pragma once
 
 #include <cstdint>

@@ -1,1 +1,115 @@
-// placeholder: to be written
+#include "tensor/thread_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+namespace kvllm {
+namespace {
+
+TEST(ThreadPoolTest, SizeCountsTheCaller) {
+  EXPECT_EQ(ThreadPool(1).size(), 1);
+  EXPECT_EQ(ThreadPool(3).size(), 3);
+  const int hw = static_cast<int>(std::thread::hardware_concurrency());
+  EXPECT_EQ(ThreadPool(0).size(), hw > 0 ? hw : 1);
+}
+
+TEST(ThreadPoolTest, EveryTaskRunsExactlyOnceOnAValidThread) {
+  for (int n_threads : {1, 2, 3, 4}) {
+    ThreadPool pool(n_threads);
+    for (int64_t n_tasks : {1, 2, 3, 5, 64, 1000}) {
+      std::vector<std::atomic<int>> runs(n_tasks);
+      std::atomic<bool> bad_thread{false};
+      pool.ParallelFor(n_tasks, [&](int64_t task, int thread) {
+        runs[task].fetch_add(1, std::memory_order_relaxed);
+        if (thread < 0 || thread >= pool.size()) bad_thread = true;
+      });
+      for (int64_t t = 0; t < n_tasks; ++t) {
+        EXPECT_EQ(runs[t].load(), 1) << "threads=" << n_threads << " task " << t;
+      }
+      EXPECT_FALSE(bad_thread);
+    }
+  }
+}
+
+TEST(ThreadPoolTest, ZeroTasksRunsNothing) {
+  ThreadPool pool(3);
+  int calls = 0;
+  pool.ParallelFor(0, [&](int64_t, int) { ++calls; });
+  pool.ParallelFor(-1, [&](int64_t, int) { ++calls; });
+  EXPECT_EQ(calls, 0);
+}
+
+TEST(ThreadPoolTest, OneTaskRunsOnTheCaller) {
+  ThreadPool pool(3);
+  const std::thread::id caller = std::this_thread::get_id();
+  std::thread::id ran_on;
+  int thread_index = -1;
+  pool.ParallelFor(1, [&](int64_t, int thread) {
+    ran_on = std::this_thread::get_id();
+    thread_index = thread;
+  });
+  EXPECT_EQ(ran_on, caller);
+  EXPECT_EQ(thread_index, 0);
+}
+
+TEST(ThreadPoolTest, ThreadIndexIdentifiesOneThread) {
+  // Per-thread scratch relies on an index never being used by two threads at once.
+  ThreadPool pool(3);
+  std::vector<std::atomic<int>> in_use(pool.size());
+  std::atomic<bool> overlap{false};
+  for (int round = 0; round < 50; ++round) {
+    pool.ParallelFor(64, [&](int64_t, int thread) {
+      if (in_use[thread].fetch_add(1) != 0) overlap = true;
+      std::this_thread::yield();
+      in_use[thread].fetch_sub(1);
+    });
+  }
+  EXPECT_FALSE(overlap);
+}
+
+TEST(ThreadPoolTest, ManyConsecutiveCallsComplete) {
+  ThreadPool pool(3);
+  std::atomic<int64_t> sum{0};
+  constexpr int kCalls = 10000;
+  for (int call = 0; call < kCalls; ++call) {
+    pool.ParallelFor(4, [&](int64_t task, int) { sum.fetch_add(task + 1); });
+  }
+  EXPECT_EQ(sum.load(), int64_t{kCalls} * 10);
+}
+
+TEST(ThreadPoolTest, CallsAfterWorkersFellAsleep) {
+  // Long enough gaps that the workers stop polling and block in the kernel.
+  ThreadPool pool(2);
+  for (int call = 0; call < 5; ++call) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::atomic<int> count{0};
+    pool.ParallelFor(8, [&](int64_t, int) { count.fetch_add(1); });
+    EXPECT_EQ(count.load(), 8);
+  }
+}
+
+TEST(ThreadPoolTest, WaitsForSlowTasksOnOtherThreads) {
+  // Tasks outlast the caller's polling, so it has to sleep until the last one finishes.
+  ThreadPool pool(3);
+  for (int call = 0; call < 3; ++call) {
+    std::vector<std::atomic<bool>> finished(6);
+    pool.ParallelFor(6, [&](int64_t task, int) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      finished[task] = true;
+    });
+    for (const auto& f : finished) EXPECT_TRUE(f.load());
+  }
+}
+
+TEST(ThreadPoolTest, DestroysIdleAndUnusedPools) {
+  { ThreadPool unused(4); }
+  ThreadPool pool(2);
+  pool.ParallelFor(3, [](int64_t, int) {});
+}
+
+}  // namespace
+}  // namespace kvllm

@@ -1,0 +1,45 @@
+// Per-SIMD-level kernel tables, shared by kernels.cc (dispatch and MatMul) and the files that
+// implement one level each. Not part of the public API.
+#pragma once
+
+#include <cstdint>
+
+#include "tensor/kernels.h"
+
+namespace kvllm::internal {
+
+// Most weight rows one DotTile call takes.
+constexpr int kTileRows = 4;
+
+// The prefill micro-kernel, on f32 sub-matrices given by pointer and row stride:
+//   y[t * y_stride + r] (+)= sum_{i < n} w[r * w_stride + i] * x[t * x_stride + i]
+// for r < n_rows (1..kTileRows) and t < n_tok; `accumulate` adds to y instead of storing.
+// Each loaded x vector is reused across the n_rows weight rows.
+struct TileArgs {
+  const float* w;
+  int64_t w_stride;
+  int n_rows;
+  const float* x;
+  int64_t x_stride;
+  int64_t n_tok;
+  int64_t n;
+  float* y;
+  int64_t y_stride;
+  bool accumulate;
+};
+using DotTileFn = void (*)(const TileArgs& args);
+
+struct LevelKernels {
+  KernelSet set;  // what Kernels() hands out
+  DotTileFn dot_tile;
+};
+
+const LevelKernels& ScalarLevelKernels();
+// Only callable when the CPU has AVX2, FMA and F16C.
+const LevelKernels& Avx2LevelKernels();
+
+// The best level of `supported` that the KVLLM_SIMD value `env` (nullptr when unset) allows.
+// Unknown values leave `supported` unchanged.
+SimdLevel ChooseSimdLevel(SimdLevel supported, const char* env);
+
+}  // namespace kvllm::internal
