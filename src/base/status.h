@@ -66,3 +66,14 @@ class [[nodiscard]] StatusOr {
     ::kvllm::Status status_macro_ = (expr);    \
     if (!status_macro_.ok()) return status_macro_; \
   } while (0)
+
+#define KVLLM_CONCAT_INNER_(a, b) a##b
+#define KVLLM_CONCAT_(a, b) KVLLM_CONCAT_INNER_(a, b)
+// Assigns the value of a StatusOr expression to `lhs`, or returns its Status.
+#define KVLLM_ASSIGN_OR_RETURN(lhs, expr) \
+  KVLLM_ASSIGN_OR_RETURN_IMPL_(KVLLM_CONCAT_(status_or_, __LINE__), lhs, expr)
+#define KVLLM_ASSIGN_OR_RETURN_IMPL_(var, lhs, expr) \
+  auto var = (expr);                                 \
+  if (!var.ok()) return var.status();                \
+  lhs = std::move(var.value())
+

@@ -1,0 +1,211 @@
+// `kvllm bench`: llama-bench-style throughput rows (pp = prompt processing, tg = text
+// generation) and the cost of one decode step at growing context depth with and without the
+// KV cache. Every figure is the median of several runs after a warm-up, printed with min/max
+// and the command that produced it.
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "tensor/kernels.h"
+
+namespace kvllm::cli {
+namespace {
+
+struct BenchFlags {
+  std::string model_path;
+  int32_t n_prompt = 512;
+  int32_t n_gen = 128;
+  int32_t repetitions = 3;
+  std::vector<int32_t> depths = {64, 128, 256, 512, 1024};
+  int32_t depth_steps = 3;
+  bool json = false;
+  EngineFlags engine;
+};
+
+struct Spread {
+  double median = 0, min = 0, max = 0;
+};
+
+Spread Summarize(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  const double median = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  return {median, v.front(), v.back()};
+}
+
+std::vector<int32_t> RandomPrompt(int32_t n, int32_t n_vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  // Ids 0..2 are unk/bos/eos in Llama vocabularies; ordinary tokens make an honest load.
+  std::uniform_int_distribution<int32_t> dist(std::min(3, n_vocab - 1), n_vocab - 1);
+  std::vector<int32_t> p(n);
+  for (int32_t& t : p) t = dist(rng);
+  return p;
+}
+
+// Runs one request to completion and returns its timings.
+SequenceTimings RunOnce(Engine& engine, std::vector<int32_t> prompt, int32_t n_gen) {
+  Request req;
+  req.prompt = std::move(prompt);
+  req.params.max_tokens = n_gen;
+  req.params.sampling.temperature = 0;  // greedy: no sampling cost worth measuring
+  SeqId id = engine.Add(std::move(req)).value();
+  std::vector<TokenEvent> events;
+  while (engine.HasUnfinished()) {
+    events.clear();
+    engine.Step(&events);
+  }
+  SequenceTimings t = engine.Get(id).timings;
+  engine.Release(id);
+  return t;
+}
+
+std::string CommandLine(const BenchFlags& f) {
+  std::ostringstream s;
+  s << "kvllm bench -m " << f.model_path << " -t " << f.engine.threads << " -p " << f.n_prompt
+    << " -n " << f.n_gen << " -r " << f.repetitions << " --depth-steps " << f.depth_steps
+    << " -ctk " << f.engine.cache_type_k << " -ctv " << f.engine.cache_type_v
+    << " --block-size " << f.engine.block_size << " --depths ";
+  for (size_t i = 0; i < f.depths.size(); ++i) s << (i ? "," : "") << f.depths[i];
+  return s.str();
+}
+
+int Bench(BenchFlags f) {
+  auto model = Model::Load(f.model_path);
+  if (!model.ok()) {
+    std::fprintf(stderr, "kvllm bench: %s\n", model.status().message().c_str());
+    return 1;
+  }
+  const ModelConfig& c = (*model)->config();
+  if (f.repetitions < 1 || f.n_prompt < 1 || f.n_gen < 1 || f.depth_steps < 1) {
+    std::fprintf(stderr, "kvllm bench: -p, -n, -r and --depth-steps must be positive\n");
+    return 1;
+  }
+  if (f.engine.threads <= 0) f.engine.threads = static_cast<int32_t>(std::thread::hardware_concurrency());
+  int32_t max_depth = 0;
+  for (int32_t d : f.depths) max_depth = std::max(max_depth, d);
+  if (f.engine.ctx_size == 0) {
+    f.engine.ctx_size = std::max({f.n_prompt + 1, f.n_gen + 1, max_depth + f.depth_steps + 2});
+  }
+  EngineFlags nocache_flags = f.engine;
+  nocache_flags.no_kv_cache = true;
+  f.engine.no_kv_cache = false;
+  auto opts = f.engine.ToOptions(**model);
+  auto nocache_opts = nocache_flags.ToOptions(**model);
+  if (!opts.ok() || !nocache_opts.ok()) {
+    std::fprintf(stderr, "kvllm bench: %s\n",
+                 (opts.ok() ? nocache_opts.status() : opts.status()).message().c_str());
+    return 1;
+  }
+  auto cached = Engine::Create(model->get(), *opts);
+  auto nocache = Engine::Create(model->get(), *nocache_opts);
+  if (!cached.ok() || !nocache.ok()) {
+    std::fprintf(stderr, "kvllm bench: %s\n",
+                 (cached.ok() ? nocache.status() : cached.status()).message().c_str());
+    return 1;
+  }
+  const std::string cmd = CommandLine(f);
+  std::fprintf(stderr, "bench: %s\n", cmd.c_str());
+
+  // Warm-up: touches the weights and the pool's threads once.
+  RunOnce(**cached, RandomPrompt(std::min(f.n_prompt, 64), c.n_vocab, 0), 4);
+
+  std::vector<double> pp, tg;
+  for (int32_t r = 0; r < f.repetitions; ++r) {
+    std::fprintf(stderr, "bench: pp%d run %d/%d\n", f.n_prompt, r + 1, f.repetitions);
+    SequenceTimings t = RunOnce(**cached, RandomPrompt(f.n_prompt, c.n_vocab, 1 + r), 1);
+    pp.push_back(f.n_prompt * 1000.0 / t.prefill_ms);
+    std::fprintf(stderr, "bench: tg%d run %d/%d\n", f.n_gen, r + 1, f.repetitions);
+    t = RunOnce(**cached, RandomPrompt(1, c.n_vocab, 100 + r), f.n_gen);
+    tg.push_back(f.n_gen * 1000.0 / (t.prefill_ms + t.decode_ms));
+  }
+  const Spread pps = Summarize(pp), tgs = Summarize(tg);
+
+  struct DepthRow {
+    int32_t depth;
+    Spread cached, nocache;
+  };
+  std::vector<DepthRow> depth_rows;
+  for (int32_t d : f.depths) {
+    std::vector<double> with, without;
+    for (int32_t r = 0; r < f.repetitions; ++r) {
+      std::fprintf(stderr, "bench: depth %d run %d/%d\n", d, r + 1, f.repetitions);
+      SequenceTimings t = RunOnce(**cached, RandomPrompt(d, c.n_vocab, 200 + r), 1 + f.depth_steps);
+      with.push_back(t.decode_ms / t.decode_steps);
+      t = RunOnce(**nocache, RandomPrompt(d, c.n_vocab, 200 + r), 1 + f.depth_steps);
+      without.push_back(t.decode_ms / t.decode_steps);
+    }
+    depth_rows.push_back({d, Summarize(with), Summarize(without)});
+  }
+
+  const Weights& w = (*model)->weights();
+  const double weight_bytes = static_cast<double>(w.DecodeBytes());
+  const double params = static_cast<double>(c.ParamCount(w.tied_output));
+  const char* wtype = DTypeName(w.layers.empty() ? w.output.type : w.layers[0].wq.type);
+  if (f.json) {
+    nlohmann::json j;
+    j["command"] = cmd;
+    j["model"] = f.model_path;
+    j["weight_type"] = wtype;
+    j["params"] = params;
+    j["threads"] = f.engine.threads;
+    j["simd"] = SimdLevelName(Kernels().level);
+    auto row = [](const std::string& test, const Spread& s) {
+      return nlohmann::json{{"test", test}, {"tokens_per_s", s.median}, {"min", s.min},
+                            {"max", s.max}};
+    };
+    j["rows"] = {row("pp" + std::to_string(f.n_prompt), pps), row("tg" + std::to_string(f.n_gen), tgs)};
+    for (const DepthRow& r : depth_rows) {
+      j["depth"].push_back({{"depth", r.depth}, {"cached_ms_per_token", r.cached.median},
+                            {"nocache_ms_per_token", r.nocache.median},
+                            {"ratio", r.nocache.median / r.cached.median}});
+    }
+    std::cout << j.dump(2) << std::endl;
+    return 0;
+  }
+  std::printf("command: %s\n", cmd.c_str());
+  std::printf("model: %s, %s weights, %.2fM params, %s read per decode step; %d threads, %s "
+              "kernels; KV %s/%s, block %d\n\n",
+              f.model_path.c_str(), wtype, params / 1e6, FormatBytes(weight_bytes).c_str(),
+              f.engine.threads, SimdLevelName(Kernels().level), f.engine.cache_type_k.c_str(),
+              f.engine.cache_type_v.c_str(), f.engine.block_size);
+  std::printf("| test   | tokens/s (median of %d) |      min |      max |\n", f.repetitions);
+  std::printf("|--------|------------------------:|---------:|---------:|\n");
+  std::printf("| pp%-4d | %23.2f | %8.2f | %8.2f |\n", f.n_prompt, pps.median, pps.min, pps.max);
+  std::printf("| tg%-4d | %23.2f | %8.2f | %8.2f |\n\n", f.n_gen, tgs.median, tgs.min, tgs.max);
+  std::printf("decode time per token at context depth (median of %d runs of %d steps):\n",
+              f.repetitions, f.depth_steps);
+  std::printf("| depth | KV cache ms/token | no cache ms/token | no cache / cache |\n");
+  std::printf("|------:|------------------:|------------------:|-----------------:|\n");
+  for (const DepthRow& r : depth_rows) {
+    std::printf("| %5d | %17.3f | %17.3f | %15.1fx |\n", r.depth, r.cached.median,
+                r.nocache.median, r.nocache.median / r.cached.median);
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command RegisterBench(CLI::App* app) {
+  auto f = std::make_shared<BenchFlags>();
+  CLI::App* sub = app->add_subcommand("bench", "measure prefill and decode speed, with and without the KV cache");
+  sub->add_option("-m,--model", f->model_path, "GGUF model file")->required();
+  sub->add_option("-p,--n-prompt", f->n_prompt, "prompt tokens of the pp test")->capture_default_str();
+  sub->add_option("-n,--n-gen", f->n_gen, "generated tokens of the tg test")->capture_default_str();
+  sub->add_option("-r,--repetitions", f->repetitions, "runs per figure (median reported)")
+      ->capture_default_str();
+  sub->add_option("--depths", f->depths, "context depths of the decode table")->delimiter(',');
+  sub->add_option("--depth-steps", f->depth_steps, "decode steps timed per depth and run")
+      ->capture_default_str();
+  sub->add_flag("--json", f->json, "print JSON");
+  f->engine.Register(sub);
+  return [f] { return Bench(*f); };
+}
+
+}  // namespace kvllm::cli

@@ -1,0 +1,49 @@
+// Pieces shared by the kvllm sub-commands: loading a model with its tokenizer, the KV flags,
+// and human-readable numbers.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "base/status.h"
+#include "engine/engine.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvllm::cli {
+
+struct LoadedModel {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+};
+StatusOr<LoadedModel> LoadModel(const std::string& path);
+
+// Flags of the KV cache and the engine, llama.cpp's names: -c, -t, -ctk, -ctv, --block-size,
+// --no-kv-cache.
+struct EngineFlags {
+  int32_t ctx_size = 0;
+  int32_t threads = 0;
+  std::string cache_type_k = "f16";
+  std::string cache_type_v = "f16";
+  int32_t block_size = 16;
+  bool no_kv_cache = false;
+
+  void Register(CLI::App* app);
+  // Resolves formats and the default context size (the model's, capped so the KV pool takes
+  // at most half of the memory available now).
+  StatusOr<EngineOptions> ToOptions(const Model& model) const;
+};
+
+// Rewrites llama.cpp's multi-letter short flags (-ctk, -ctv) into their long names, which
+// CLI11 can parse.
+void RewriteLlamaShortFlags(int argc, char** argv, std::vector<std::string>* args);
+
+std::string FormatBytes(double bytes);   // "1.50 MiB"
+std::string WithCommas(uint64_t value);  // "524,288"
+// Bytes of memory the system can give us now (MemAvailable), 0 when unknown.
+uint64_t AvailableMemoryBytes();
+
+}  // namespace kvllm::cli

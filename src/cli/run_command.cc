@@ -1,0 +1,177 @@
+// `kvllm run`: generate text for one prompt, streaming it, then report what prefill, decode
+// and the KV cache cost.
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+
+namespace kvllm::cli {
+namespace {
+
+struct RunFlags {
+  std::string model_path;
+  std::string prompt;
+  std::string prompt_file;
+  int32_t n_predict = 128;
+  float temp = 0.8f;
+  int32_t top_k = 40;
+  float top_p = 0.95f;
+  float min_p = 0.05f;
+  float repeat_penalty = 1.0f;
+  int32_t repeat_last_n = 64;
+  int64_t seed = -1;
+  bool ignore_eos = false;
+  bool json = false;
+  EngineFlags engine;
+};
+
+int Run(const RunFlags& f) {
+  std::string prompt = f.prompt;
+  if (!f.prompt_file.empty()) {
+    std::ifstream in(f.prompt_file, std::ios::binary);
+    if (!in) {
+      std::fprintf(stderr, "kvllm run: cannot read prompt file '%s'\n", f.prompt_file.c_str());
+      return 1;
+    }
+    std::stringstream ss;
+    ss << in.rdbuf();
+    prompt = ss.str();
+  }
+  auto loaded = LoadModel(f.model_path);
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "kvllm run: %s\n", loaded.status().message().c_str());
+    return 1;
+  }
+  Model& model = *loaded->model;
+  const Tokenizer& tok = *loaded->tokenizer;
+  auto opts = f.engine.ToOptions(model);
+  if (!opts.ok()) {
+    std::fprintf(stderr, "kvllm run: %s\n", opts.status().message().c_str());
+    return 1;
+  }
+  auto engine = Engine::Create(&model, *opts);
+  if (!engine.ok()) {
+    std::fprintf(stderr, "kvllm run: %s\n", engine.status().message().c_str());
+    return 1;
+  }
+
+  Request req;
+  req.prompt = tok.Encode(prompt, /*add_special=*/true);
+  req.params.max_tokens = f.n_predict;
+  req.params.sampling.temperature = f.temp;
+  req.params.sampling.top_k = f.top_k;
+  req.params.sampling.top_p = f.top_p;
+  req.params.sampling.min_p = f.min_p;
+  req.params.sampling.repeat_penalty = f.repeat_penalty;
+  req.params.sampling.repeat_last_n = f.repeat_last_n;
+  req.params.sampling.seed =
+      f.seed < 0 ? SamplingParams::kRandomSeed : static_cast<uint64_t>(f.seed);
+  if (!f.ignore_eos) req.params.stop_tokens = {tok.eos()};
+  auto seq = (*engine)->Add(std::move(req));
+  if (!seq.ok()) {
+    std::fprintf(stderr, "kvllm run: %s\n", seq.status().message().c_str());
+    return 1;
+  }
+
+  if (!f.json) {
+    std::fputs(prompt.c_str(), stdout);
+    std::fflush(stdout);
+  }
+  Utf8Streamer streamer;
+  std::string text;
+  std::vector<TokenEvent> events;
+  while ((*engine)->HasUnfinished()) {
+    events.clear();
+    (*engine)->Step(&events);
+    for (const TokenEvent& ev : events) {
+      if (ev.finish == FinishReason::kStop) continue;  // the stop token is not text
+      std::string piece = streamer.Push(tok.TokenToPiece(ev.token));
+      text += piece;
+      if (!f.json) {
+        std::fputs(piece.c_str(), stdout);
+        std::fflush(stdout);
+      }
+    }
+  }
+  std::string tail = streamer.Flush();
+  text += tail;
+
+  const Sequence& s = (*engine)->Get(*seq);
+  const KVStats kv = (*engine)->kv().Stats();
+  const SequenceTimings& t = s.timings;
+  const double prefill_tps = t.prefill_ms > 0 ? t.prefill_tokens * 1000.0 / t.prefill_ms : 0;
+  const double decode_tps = t.decode_ms > 0 ? t.decode_steps * 1000.0 / t.decode_ms : 0;
+  const KVLayout& lay = (*engine)->kv().layout();
+  if (f.json) {
+    nlohmann::json j;
+    j["prompt_tokens"] = s.n_prompt;
+    j["generated_tokens"] = std::vector<int32_t>(s.tokens.begin() + s.n_prompt, s.tokens.end());
+    j["text"] = text;
+    j["finish_reason"] = FinishReasonName(s.finish);
+    j["prefill_ms"] = t.prefill_ms;
+    j["decode_ms"] = t.decode_ms;
+    j["prefill_tokens_per_s"] = prefill_tps;
+    j["decode_tokens_per_s"] = decode_tps;
+    j["kv_cache"] = opts->kv_cache;
+    j["cache_type_k"] = DTypeName(lay.k_type());
+    j["cache_type_v"] = DTypeName(lay.v_type());
+    j["block_size"] = lay.block_size();
+    j["kv_bytes_per_token"] = kv.bytes_per_token;
+    j["kv_bytes_used"] = kv.bytes_used;
+    j["kv_blocks_used"] = kv.blocks_used;
+    j["kv_blocks_total"] = kv.blocks_total;
+    j["kv_tokens_stored"] = kv.tokens_stored;
+    std::cout << j.dump() << std::endl;
+    return 0;
+  }
+  std::fputs(tail.c_str(), stdout);
+  std::fputs("\n\n", stdout);
+  std::fflush(stdout);
+  std::fprintf(stderr, "prompt:   %d tokens, prefill %.1f ms (%.1f tokens/s; time to first token)\n",
+               s.n_prompt, t.prefill_ms, prefill_tps);
+  std::fprintf(stderr, "decode:   %d tokens in %.1f ms (%.2f tokens/s)%s, stop: %s\n",
+               t.decode_steps, t.decode_ms, decode_tps,
+               opts->kv_cache ? "" : " [--no-kv-cache: full recompute per token]",
+               FinishReasonName(s.finish));
+  std::fprintf(stderr,
+               "kv cache: K %s / V %s, %s bytes per token, block %d tokens; %d of %d blocks in "
+               "use (%s of %s), %lld tokens stored, fragmentation %.1f%%\n",
+               DTypeName(lay.k_type()), DTypeName(lay.v_type()),
+               WithCommas(kv.bytes_per_token).c_str(), lay.block_size(), kv.blocks_used,
+               kv.blocks_total, FormatBytes(kv.bytes_used).c_str(),
+               FormatBytes(kv.bytes_allocated).c_str(), static_cast<long long>(kv.tokens_stored),
+               kv.fragmentation * 100);
+  return 0;
+}
+
+}  // namespace
+
+Command RegisterRun(CLI::App* app) {
+  auto f = std::make_shared<RunFlags>();
+  CLI::App* sub = app->add_subcommand("run", "generate text from a prompt");
+  sub->add_option("-m,--model", f->model_path, "GGUF model file")->required();
+  auto* p = sub->add_option("-p,--prompt", f->prompt, "prompt text");
+  sub->add_option("-f,--file", f->prompt_file, "read the prompt from a file")->excludes(p);
+  sub->add_option("-n,--n-predict", f->n_predict, "tokens to generate (-1: until the cache is full)")
+      ->capture_default_str();
+  sub->add_option("--temp", f->temp, "temperature (0: greedy)")->capture_default_str();
+  sub->add_option("--top-k", f->top_k, "top-k sampling (0: off)")->capture_default_str();
+  sub->add_option("--top-p", f->top_p, "top-p sampling (1: off)")->capture_default_str();
+  sub->add_option("--min-p", f->min_p, "min-p sampling (0: off)")->capture_default_str();
+  sub->add_option("--repeat-penalty", f->repeat_penalty, "repetition penalty (1: off)")
+      ->capture_default_str();
+  sub->add_option("--repeat-last-n", f->repeat_last_n, "tokens the repetition penalty sees")
+      ->capture_default_str();
+  sub->add_option("-s,--seed", f->seed, "RNG seed (-1: random)")->capture_default_str();
+  sub->add_flag("--ignore-eos", f->ignore_eos, "keep generating after end-of-sequence");
+  sub->add_flag("--json", f->json, "print one JSON object at the end instead of text and summary");
+  f->engine.Register(sub);
+  return [f] { return Run(*f); };
+}
+
+}  // namespace kvllm::cli

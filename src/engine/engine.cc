@@ -1,0 +1,126 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+
+namespace kvllm {
+
+const char* FinishReasonName(FinishReason r) {
+  switch (r) {
+    case FinishReason::kNone: return "none";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kContext: return "context";
+  }
+  return "?";
+}
+
+StatusOr<std::unique_ptr<Engine>> Engine::Create(Model* model, const EngineOptions& options) {
+  EngineOptions opts = options;
+  if (opts.ctx_size <= 0) opts.ctx_size = model->config().n_ctx_train;
+  KVLLM_ASSIGN_OR_RETURN(KVLayout layout, KVLayout::Make(model->kv_shape(), opts.block_size,
+                                                         opts.k_type, opts.v_type));
+  const int32_t num_blocks = (opts.ctx_size + opts.block_size - 1) / opts.block_size;
+  auto kv = std::make_unique<KVCache>(layout, num_blocks);
+  return std::unique_ptr<Engine>(new Engine(model, opts, std::move(kv)));
+}
+
+Engine::Engine(Model* model, const EngineOptions& options, std::unique_ptr<KVCache> kv)
+    : model_(model), options_(options), kv_(std::move(kv)), pool_(options.n_threads) {}
+
+StatusOr<SeqId> Engine::Add(Request request) {
+  const int32_t n_vocab = model_->config().n_vocab;
+  const auto n = static_cast<int64_t>(request.prompt.size());
+  if (n == 0) return Status::Error("the prompt is empty");
+  for (int32_t t : request.prompt) {
+    if (t < 0 || t >= n_vocab) {
+      return Status::Error("token id " + std::to_string(t) + " is outside the vocabulary (0.." +
+                           std::to_string(n_vocab - 1) + ")");
+    }
+  }
+  // Room for the prompt and at least the first generated token's K/V is needed.
+  const int64_t limit = std::min<int64_t>(kv_->capacity_tokens(), options_.ctx_size);
+  if (n >= limit) {
+    return Status::Error("the prompt has " + std::to_string(n) +
+                         " tokens but the KV cache holds " + std::to_string(limit) +
+                         " (-c/--ctx-size); shorten the prompt or raise the context size");
+  }
+  SeqId id(next_seq_++);
+  seqs_.push_back(std::make_unique<Sequence>(id, std::move(request)));
+  return id;
+}
+
+bool Engine::HasUnfinished() const {
+  return std::any_of(seqs_.begin(), seqs_.end(), [](const auto& s) { return !s->finished(); });
+}
+
+void Engine::Step(std::vector<TokenEvent>* events) {
+  batch_.Clear();
+  batch_seqs_.clear();
+  const int64_t ctx_limit = std::min<int64_t>(kv_->capacity_tokens(), options_.ctx_size);
+  for (auto& s : seqs_) {
+    if (s->finished()) continue;
+    const int32_t n_tokens = static_cast<int32_t>(s->tokens.size());
+    if (!options_.kv_cache) {
+      kv_->Free(s->id);
+      s->n_cached = 0;
+    }
+    const int32_t n_new = n_tokens - s->n_cached;
+    if (n_tokens > ctx_limit || !kv_->CanAppend(s->id, n_new)) {
+      s->finish = FinishReason::kContext;
+      continue;
+    }
+    kv_->Append(s->id, n_new);
+    for (int32_t i = s->n_cached; i < n_tokens; ++i) {
+      batch_.Add(s->tokens[i], /*pos=*/i, s->id, /*want_logits=*/i == n_tokens - 1);
+    }
+    batch_seqs_.push_back(s.get());
+  }
+  if (batch_seqs_.empty()) return;
+
+  const int32_t n_vocab = model_->config().n_vocab;
+  logits_.resize(batch_seqs_.size() * static_cast<size_t>(n_vocab));
+  const auto t0 = std::chrono::steady_clock::now();
+  model_->Forward(batch_, *kv_, pool_, logits_.data());
+
+  for (size_t r = 0; r < batch_seqs_.size(); ++r) {
+    Sequence& s = *batch_seqs_[r];
+    const bool prefill = s.n_generated() == 0;
+    const int32_t computed = static_cast<int32_t>(s.tokens.size()) - s.n_cached;
+    s.n_cached = static_cast<int32_t>(s.tokens.size());
+    const int32_t token = s.sampler.Sample(&logits_[r * n_vocab], n_vocab, s.tokens);
+    s.tokens.push_back(token);
+    const auto& stop = s.params.stop_tokens;
+    if (std::find(stop.begin(), stop.end(), token) != stop.end()) {
+      s.finish = FinishReason::kStop;
+    } else if (s.params.max_tokens >= 0 && s.n_generated() >= s.params.max_tokens) {
+      s.finish = FinishReason::kLength;
+    } else if (static_cast<int64_t>(s.tokens.size()) > ctx_limit) {
+      s.finish = FinishReason::kContext;
+    }
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (prefill) {
+      s.timings.prefill_ms = ms;
+      s.timings.prefill_tokens = computed;
+    } else {
+      s.timings.decode_ms += ms;
+      ++s.timings.decode_steps;
+    }
+    events->push_back(TokenEvent{s.id, token, s.finish});
+  }
+}
+
+const Sequence& Engine::Get(SeqId seq) const {
+  for (const auto& s : seqs_) {
+    if (s->id == seq) return *s;
+  }
+  KVLLM_CHECK(false && "unknown sequence");
+  __builtin_unreachable();
+}
+
+void Engine::Release(SeqId seq) {
+  kv_->Free(seq);
+  std::erase_if(seqs_, [seq](const auto& s) { return s->id == seq; });
+}
+
+}  // namespace kvllm

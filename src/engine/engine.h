@@ -1,0 +1,75 @@
+// Engine: runs requests over one Model and one paged KVCache, one step at a time. Every
+// step builds one ForwardBatch from all running sequences — a new sequence's whole prompt
+// (prefill) and one token for each other sequence (decode) — runs one forward pass and
+// samples one token per sequence. The CLI and the benchmarks drive this same loop.
+//
+// With `kv_cache = false` (the baseline) every step forgets the sequence's cache and
+// recomputes all of its tokens through the same forward pass; outputs are the same tokens.
+//
+// Not thread-safe: one thread owns the Engine.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "base/status.h"
+#include "engine/request.h"
+#include "kv/kv_cache.h"
+#include "model/model.h"
+#include "tensor/dtype.h"
+#include "tensor/thread_pool.h"
+
+namespace kvllm {
+
+struct EngineOptions {
+  int32_t ctx_size = 0;      // token capacity of the KV pool; 0: the model's context length
+  int32_t block_size = 16;   // tokens per KV block
+  DType k_type = DType::kF16;
+  DType v_type = DType::kF16;
+  int32_t n_threads = 0;     // 0: one per CPU
+  bool kv_cache = true;      // false: recompute every step (baseline)
+};
+
+struct TokenEvent {
+  SeqId seq;
+  int32_t token;
+  FinishReason finish;  // kNone while the sequence goes on
+};
+
+class Engine {
+ public:
+  static StatusOr<std::unique_ptr<Engine>> Create(Model* model, const EngineOptions& options);
+
+  // Queues a request. Errors (nothing queued): empty prompt, token ids outside the
+  // vocabulary, a prompt that cannot fit the KV pool or the context size.
+  StatusOr<SeqId> Add(Request request);
+  bool HasUnfinished() const;
+  // Runs one step; appends one event per sequence that produced a token. A sequence whose
+  // cache cannot grow finishes (kContext) without a token: check Get(seq).finished().
+  void Step(std::vector<TokenEvent>* events);
+  const Sequence& Get(SeqId seq) const;
+  // Forgets a finished sequence and returns its blocks to the pool.
+  void Release(SeqId seq);
+
+  const KVCache& kv() const { return *kv_; }
+  const EngineOptions& options() const { return options_; }
+  const Model& model() const { return *model_; }
+
+ private:
+  Engine(Model* model, const EngineOptions& options, std::unique_ptr<KVCache> kv);
+
+  Model* model_;
+  EngineOptions options_;
+  std::unique_ptr<KVCache> kv_;
+  ThreadPool pool_;
+  int32_t next_seq_ = 0;
+  std::vector<std::unique_ptr<Sequence>> seqs_;  // in arrival order
+  ForwardBatch batch_;
+  std::vector<Sequence*> batch_seqs_;  // sequence of each logits row
+  std::vector<float> logits_;          // [rows][n_vocab]
+};
+
+}  // namespace kvllm

@@ -1,0 +1,93 @@
+#include "kv/kv_cache.h"
+
+#include <gtest/gtest.h>
+
+namespace kvllm {
+namespace {
+
+KVLayout MakeLayout(int32_t block_size, DType k = DType::kF16, DType v = DType::kF16) {
+  auto l = KVLayout::Make(KVShape{.n_layer = 2, .n_kv_head = 3, .head_dim = 32}, block_size, k, v);
+  EXPECT_TRUE(l.ok()) << l.status().message();
+  return l.value();
+}
+
+TEST(KVLayoutTest, BytesPerTokenFollowFormats) {
+  // 2 layers × 3 heads × (32 f16 + 32 f32) = 6 × (64 + 128)
+  KVLayout l = MakeLayout(16, DType::kF16, DType::kF32);
+  EXPECT_EQ(l.bytes_per_token(), 6u * (64 + 128));
+  EXPECT_EQ(l.bytes_per_block(), 16u * 6 * (64 + 128));
+}
+
+TEST(KVLayoutTest, Llama2_7bF16Is512KiBPerToken) {
+  auto l = KVLayout::Make(KVShape{.n_layer = 32, .n_kv_head = 32, .head_dim = 128}, 16,
+                          DType::kF16, DType::kF16);
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ(l->bytes_per_token(), 524288u);
+  EXPECT_EQ(l->bytes_per_token() * 4096, size_t{2} << 30);
+}
+
+TEST(KVLayoutTest, RowsOfOneBlockDoNotOverlap) {
+  KVLayout l = MakeLayout(4, DType::kF32, DType::kF16);
+  std::vector<int> owner(l.bytes_per_block(), 0);
+  for (int layer = 0; layer < 2; ++layer)
+    for (int h = 0; h < 3; ++h)
+      for (int s = 0; s < 4; ++s) {
+        for (size_t b = 0; b < l.k_row_bytes(); ++b) ++owner[l.KRowOffset(layer, h, s) + b];
+        for (size_t b = 0; b < l.v_row_bytes(); ++b) ++owner[l.VRowOffset(layer, h, s) + b];
+      }
+  for (int c : owner) ASSERT_EQ(c, 1);
+}
+
+TEST(KVLayoutTest, RejectsFormatThatCannotHoldHeadDim) {
+  auto l = KVLayout::Make(KVShape{.n_layer = 1, .n_kv_head = 1, .head_dim = 48}, 16,
+                          DType::kQ8_0, DType::kF16);
+  ASSERT_FALSE(l.ok());
+  EXPECT_NE(l.status().message().find("q8_0"), std::string::npos);
+}
+
+TEST(KVCacheTest, AppendGrowsBlockTableByBlocks) {
+  KVCache kv(MakeLayout(16), 4);
+  SeqId s(7);
+  EXPECT_EQ(kv.BlocksNeeded(s, 17), 2);
+  kv.Append(s, 17);
+  EXPECT_EQ(kv.Table(s).blocks.size(), 2u);
+  EXPECT_EQ(kv.BlocksNeeded(s, 15), 0);
+  kv.Append(s, 15);
+  EXPECT_EQ(kv.Table(s).blocks.size(), 2u);
+  kv.Append(s, 1);
+  EXPECT_EQ(kv.Table(s).blocks.size(), 3u);
+  KVStats st = kv.Stats();
+  EXPECT_EQ(st.blocks_used, 3);
+  EXPECT_EQ(st.tokens_stored, 33);
+  EXPECT_DOUBLE_EQ(st.fragmentation, (48.0 - 33.0) / 48.0);
+  EXPECT_EQ(kv.CheckIntegrity(), "");
+}
+
+TEST(KVCacheTest, FullPoolRefusesWithoutChangingState) {
+  KVCache kv(MakeLayout(16), 3);
+  SeqId a(1), b(2);
+  kv.Append(a, 20);  // 2 of the 3 blocks
+  EXPECT_FALSE(kv.CanAppend(b, 17));
+  EXPECT_TRUE(kv.CanAppend(b, 16));
+  EXPECT_FALSE(kv.Has(b));
+  EXPECT_EQ(kv.Stats().blocks_used, 2);
+  EXPECT_EQ(kv.CheckIntegrity(), "");
+  kv.Free(a);
+  EXPECT_EQ(kv.Stats().blocks_used, 0);
+  EXPECT_TRUE(kv.CanAppend(b, 48));
+  EXPECT_EQ(kv.CheckIntegrity(), "");
+}
+
+TEST(KVCacheTest, SequencesGetDisjointRows) {
+  KVCache kv(MakeLayout(2), 8);
+  SeqId a(1), b(2);
+  kv.Append(a, 3);
+  kv.Append(b, 3);
+  const BlockTable& ta = kv.Table(a);
+  const BlockTable& tb = kv.Table(b);
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 3; ++j) EXPECT_NE(kv.KRow(ta, 1, 2, i), kv.KRow(tb, 1, 2, j));
+}
+
+}  // namespace
+}  // namespace kvllm

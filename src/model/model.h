@@ -1,0 +1,87 @@
+// Model: a Llama-family decoder bound to a GGUF file, and its forward pass over a flat batch.
+//
+// The batch may mix tokens of several sequences and any number of tokens per sequence: a
+// prompt's prefill is one batch (one matrix x matrix pass per weight), a decode step is one
+// token per sequence. Each token's K and V are written into its sequence's cache slot
+// `positions[i]` before attention reads slots [0, positions[i]] of that sequence, so a batch
+// of consecutive tokens attends causally among itself and to what was cached before.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "gguf/gguf_file.h"
+#include "kv/ids.h"
+#include "kv/kv_cache.h"
+#include "model/model_config.h"
+#include "model/weights.h"
+
+namespace kvllm {
+
+class ThreadPool;
+
+struct ForwardBatch {
+  std::vector<int32_t> tokens;      // [n_tokens]
+  std::vector<int32_t> positions;   // [n_tokens] position = index of the token's cache slot
+  std::vector<SeqId> seq_ids;       // [n_tokens]
+  std::vector<int32_t> logit_rows;  // batch rows whose logits are returned, in output order
+
+  int32_t size() const { return static_cast<int32_t>(tokens.size()); }
+  void Clear() {
+    tokens.clear();
+    positions.clear();
+    seq_ids.clear();
+    logit_rows.clear();
+  }
+  void Add(int32_t token, int32_t pos, SeqId seq, bool want_logits) {
+    if (want_logits) logit_rows.push_back(size());
+    tokens.push_back(token);
+    positions.push_back(pos);
+    seq_ids.push_back(seq);
+  }
+};
+
+class Model {
+ public:
+  // Maps the file and binds the weights; nothing is copied.
+  static StatusOr<std::unique_ptr<Model>> Load(const std::string& path);
+
+  const ModelConfig& config() const { return config_; }
+  const Weights& weights() const { return weights_; }
+  const gguf::GgufFile& file() const { return file_; }
+  KVShape kv_shape() const { return KVShape{config_.n_layer, config_.n_kv_head, config_.head_dim}; }
+
+  // Runs the batch: every token's cache slot must already be reserved in `kv` (its sequence
+  // holds more than `positions[i]` slots) and every token id must be < n_vocab.
+  // logits: [batch.logit_rows.size()][n_vocab].
+  // Scratch buffers grow to the largest batch seen and are then reused.
+  void Forward(const ForwardBatch& batch, KVCache& kv, ThreadPool& pool, float* logits);
+
+ private:
+  Model(gguf::GgufFile file, ModelConfig config, Weights weights);
+  void EnsureScratch(int32_t n_tok, int32_t n_threads, int32_t block_size);
+  void Attention(const ForwardBatch& batch, KVCache& kv, ThreadPool& pool, int32_t layer);
+
+  gguf::GgufFile file_;
+  ModelConfig config_;
+  Weights weights_;
+  std::vector<float> inv_freq_;  // [n_rot/2] RoPE frequencies
+
+  // Scratch, sized for the largest batch so far.
+  int32_t scratch_tokens_ = 0;
+  std::vector<float> x_;       // [n_tok][n_embd] residual stream
+  std::vector<float> h_;       // [n_tok][n_embd] normed input of a sub-layer
+  std::vector<float> q_;       // [n_tok][n_head][head_dim]
+  std::vector<float> k_;       // [n_tok][n_kv_head][head_dim]
+  std::vector<float> v_;       // [n_tok][n_kv_head][head_dim]
+  std::vector<float> attn_;    // [n_tok][n_head][head_dim]
+  std::vector<float> gate_;    // [n_tok][n_ff]
+  std::vector<float> up_;      // [n_tok][n_ff]
+  std::vector<float> att_scratch_;  // [n_threads][AttentionScratchFloats]
+  int64_t att_scratch_stride_ = 0;
+};
+
+}  // namespace kvllm
