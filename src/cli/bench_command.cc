@@ -71,8 +71,9 @@ std::string CommandLine(const BenchFlags& f) {
   s << "kvllm bench -m " << f.model_path << " -t " << f.engine.threads << " -p " << f.n_prompt
     << " -n " << f.n_gen << " -r " << f.repetitions << " --depth-steps " << f.depth_steps
     << " -ctk " << f.engine.cache_type_k << " -ctv " << f.engine.cache_type_v
-    << " --block-size " << f.engine.block_size << " --depths ";
-  for (size_t i = 0; i < f.depths.size(); ++i) s << (i ? "," : "") << f.depths[i];
+    << " --block-size " << f.engine.block_size;
+  if (f.depths.empty()) s << " --no-depths";
+  for (size_t i = 0; i < f.depths.size(); ++i) s << (i ? "," : " --depths ") << f.depths[i];
   return s.str();
 }
 
@@ -179,6 +180,7 @@ int Bench(BenchFlags f) {
   std::printf("|--------|------------------------:|---------:|---------:|\n");
   std::printf("| pp%-4d | %23.2f | %8.2f | %8.2f |\n", f.n_prompt, pps.median, pps.min, pps.max);
   std::printf("| tg%-4d | %23.2f | %8.2f | %8.2f |\n\n", f.n_gen, tgs.median, tgs.min, tgs.max);
+  if (depth_rows.empty()) return 0;
   std::printf("decode time per token at context depth (median of %d runs of %d steps):\n",
               f.repetitions, f.depth_steps);
   std::printf("| depth | KV cache ms/token | no cache ms/token | no cache / cache |\n");
@@ -200,7 +202,11 @@ Command RegisterBench(CLI::App* app) {
   sub->add_option("-n,--n-gen", f->n_gen, "generated tokens of the tg test")->capture_default_str();
   sub->add_option("-r,--repetitions", f->repetitions, "runs per figure (median reported)")
       ->capture_default_str();
-  sub->add_option("--depths", f->depths, "context depths of the decode table")->delimiter(',');
+  auto* depths =
+      sub->add_option("--depths", f->depths, "context depths of the decode table")->delimiter(',');
+  sub->add_flag_callback("--no-depths", [f] { f->depths.clear(); },
+                         "skip the decode-by-depth table (slow for large models without cache)")
+      ->excludes(depths);
   sub->add_option("--depth-steps", f->depth_steps, "decode steps timed per depth and run")
       ->capture_default_str();
   sub->add_flag("--json", f->json, "print JSON");
