@@ -96,5 +96,19 @@ TEST(CliTest, TruncatedOrMissingModelIsAnErrorNotACrash) {
   std::filesystem::remove(bad);
 }
 
+TEST(CliTest, TokenizePrintsIdsWithBos) {
+  std::string out, err;
+  ASSERT_EQ(RunCommand(Kvllm() + " tokenize -m " + Tiny() + " -p 'the cat' --ids", &out, &err), 0)
+      << err;
+  auto ids = nlohmann::json::parse(out).get<std::vector<int>>();
+  ASSERT_GE(ids.size(), 2u);
+  EXPECT_EQ(ids[0], 1);  // BOS
+  ASSERT_EQ(RunCommand(Kvllm() + " tokenize -m " + Tiny() + " -p 'the cat' --ids --no-bos", &out,
+                       &err),
+            0);
+  auto no_bos = nlohmann::json::parse(out).get<std::vector<int>>();
+  EXPECT_EQ(std::vector<int>(ids.begin() + 1, ids.end()), no_bos);
+}
+
 }  // namespace
 }  // namespace kvllm

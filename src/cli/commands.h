@@ -13,5 +13,6 @@ using Command = std::function<int()>;
 Command RegisterRun(CLI::App* app);
 Command RegisterInspect(CLI::App* app);
 Command RegisterBench(CLI::App* app);
+Command RegisterTokenize(CLI::App* app);
 
 }  // namespace kvllm::cli

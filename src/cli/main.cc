@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   add(RegisterRun);
   add(RegisterInspect);
   add(RegisterBench);
+  add(RegisterTokenize);
 
   std::vector<std::string> args;
   RewriteLlamaShortFlags(argc, argv, &args);
