@@ -1,8 +1,13 @@
 // The kvllm binary as a user runs it.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -108,6 +113,97 @@ TEST(CliTest, TokenizePrintsIdsWithBos) {
             0);
   auto no_bos = nlohmann::json::parse(out).get<std::vector<int>>();
   EXPECT_EQ(std::vector<int>(ids.begin() + 1, ids.end()), no_bos);
+}
+
+// Lines of `text` that start with `prefix`.
+std::vector<std::string> LinesStartingWith(const std::string& text, const std::string& prefix) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(prefix, 0) == 0) lines.push_back(line);
+  }
+  return lines;
+}
+
+int ReusedTokens(const std::string& stats_line) {
+  return std::stoi(stats_line.substr(std::string("[reused ").size()));
+}
+
+TEST(CliTest, ChatReusesTheKvOfEarlierTurnsAndMatchesFullReprefill) {
+  const std::string cmd = "printf 'Hello\\nWho are you?\\n' | " + Kvllm() + " chat -m " + Tiny() +
+                          " --temp 0 -n 12 -ctk f32 -ctv f32";
+  std::string reuse_out, reuse_err, full_out, full_err;
+  ASSERT_EQ(RunCommand(cmd, &reuse_out, &reuse_err), 0) << reuse_err;
+  ASSERT_EQ(RunCommand(cmd + " --no-kv-reuse", &full_out, &full_err), 0) << full_err;
+  const auto reuse_stats = LinesStartingWith(reuse_err, "[reused ");
+  const auto full_stats = LinesStartingWith(full_err, "[reused ");
+  ASSERT_EQ(reuse_stats.size(), 2u) << reuse_err;
+  ASSERT_EQ(full_stats.size(), 2u) << full_err;
+  EXPECT_EQ(ReusedTokens(reuse_stats[0]), 0);
+  EXPECT_GT(ReusedTokens(reuse_stats[1]), 10) << reuse_stats[1];
+  EXPECT_EQ(ReusedTokens(full_stats[1]), 0) << full_stats[1];
+  EXPECT_EQ(reuse_out, full_out);  // the same replies, turn by turn
+}
+
+TEST(CliTest, ChatResetStartsOver) {
+  std::string out, err;
+  ASSERT_EQ(RunCommand("printf 'Hello\\n/reset\\nHello\\n/quit\\nignored\\n' | " + Kvllm() +
+                           " chat -m " + Tiny() + " --temp 0 -n 4",
+                       &out, &err),
+            0)
+      << err;
+  const auto stats = LinesStartingWith(err, "[reused ");
+  ASSERT_EQ(stats.size(), 2u) << err;
+  EXPECT_EQ(ReusedTokens(stats[1]), 0);
+}
+
+// Perplexity of one chunk against the numpy reference's logits for the same tokens.
+TEST(CliTest, PerplexityMatchesTheReference) {
+  const std::string text = testing::SourceDir() + "/README.md";
+  std::string out, err;
+  ASSERT_EQ(RunCommand(Kvllm() + " tokenize -m " + Tiny() + " -f " + text + " --ids", &out, &err), 0);
+  std::vector<int> tokens = nlohmann::json::parse(out).get<std::vector<int>>();
+  constexpr int kCtx = 64;
+  ASSERT_GE(tokens.size(), size_t{kCtx});
+  tokens.resize(kCtx);
+  tokens[0] = 1;  // each chunk starts with BOS
+  const auto ref = testing::ReferenceLogits(Tiny(), tokens);
+  double nll = 0;
+  int n = 0;
+  for (int j = kCtx / 2; j < kCtx - 1; ++j, ++n) {
+    double m = *std::max_element(ref[j].begin(), ref[j].end()), sum = 0;
+    for (double l : ref[j]) sum += std::exp(l - m);
+    nll -= ref[j][tokens[j + 1]] - m - std::log(sum);
+  }
+  const double want = std::exp(nll / n);
+  ASSERT_EQ(RunCommand(Kvllm() + " perplexity -m " + Tiny() + " -f " + text +
+                           " -c 64 --chunks 1 -ctk f32 -ctv f32",
+                       &out, &err),
+            0)
+      << err;
+  const auto final_line = LinesStartingWith(out, "Final estimate: PPL = ");
+  ASSERT_EQ(final_line.size(), 1u) << out;
+  const double got = std::stod(final_line[0].substr(std::string("Final estimate: PPL = ").size()));
+  EXPECT_NEAR(got / want, 1.0, 1e-4) << "kvllm " << got << " reference " << want;
+}
+
+TEST(CliTest, KlDivergenceOfARunAgainstItselfIsZero) {
+  const std::string text = testing::SourceDir() + "/README.md";
+  const std::string base = BinaryDir() + "/test-models/kld-" + std::to_string(getpid()) + ".bin";
+  const std::string cmd = Kvllm() + " perplexity -m " + Tiny() + " -f " + text + " -c 64 --chunks 3";
+  std::string out, err;
+  ASSERT_EQ(RunCommand(cmd + " --kl-divergence-base " + base, &out, &err), 0) << err;
+  ASSERT_EQ(RunCommand(cmd + " --kl-divergence " + base, &out, &err), 0) << err;
+  EXPECT_NE(out.find("Mean KLD: 0.000000 +/- 0.000000; same top-1 token: 100.000%"),
+            std::string::npos)
+      << out;
+  // A base made with another context size is refused.
+  EXPECT_EQ(RunCommand(Kvllm() + " perplexity -m " + Tiny() + " -f " + text +
+                           " -c 32 --chunks 3 --kl-divergence " + base,
+                       &out, &err),
+            1);
+  EXPECT_NE(err.find("-c 64"), std::string::npos) << err;
+  std::filesystem::remove(base);
 }
 
 }  // namespace

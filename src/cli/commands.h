@@ -14,5 +14,7 @@ Command RegisterRun(CLI::App* app);
 Command RegisterInspect(CLI::App* app);
 Command RegisterBench(CLI::App* app);
 Command RegisterTokenize(CLI::App* app);
+Command RegisterChat(CLI::App* app);
+Command RegisterPerplexity(CLI::App* app);
 
 }  // namespace kvllm::cli

@@ -18,6 +18,8 @@ int main(int argc, char** argv) {
     commands.emplace_back(app.get_subcommands({})[before], std::move(cmd));
   };
   add(RegisterRun);
+  add(RegisterChat);
+  add(RegisterPerplexity);
   add(RegisterInspect);
   add(RegisterBench);
   add(RegisterTokenize);

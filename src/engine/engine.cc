@@ -27,23 +27,28 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(Model* model, const EngineOptio
 Engine::Engine(Model* model, const EngineOptions& options, std::unique_ptr<KVCache> kv)
     : model_(model), options_(options), kv_(std::move(kv)), pool_(options.n_threads) {}
 
-StatusOr<SeqId> Engine::Add(Request request) {
+Status Engine::ValidateTokens(const std::vector<int32_t>& tokens) const {
   const int32_t n_vocab = model_->config().n_vocab;
-  const auto n = static_cast<int64_t>(request.prompt.size());
-  if (n == 0) return Status::Error("the prompt is empty");
-  for (int32_t t : request.prompt) {
+  for (int32_t t : tokens) {
     if (t < 0 || t >= n_vocab) {
       return Status::Error("token id " + std::to_string(t) + " is outside the vocabulary (0.." +
                            std::to_string(n_vocab - 1) + ")");
     }
   }
-  // Room for the prompt and at least the first generated token's K/V is needed.
+  // Room for the tokens and at least the first generated token's K/V is needed.
+  const auto n = static_cast<int64_t>(tokens.size());
   const int64_t limit = std::min<int64_t>(kv_->capacity_tokens(), options_.ctx_size);
   if (n >= limit) {
     return Status::Error("the prompt has " + std::to_string(n) +
                          " tokens but the KV cache holds " + std::to_string(limit) +
                          " (-c/--ctx-size); shorten the prompt or raise the context size");
   }
+  return Status::Ok();
+}
+
+StatusOr<SeqId> Engine::Add(Request request) {
+  if (request.prompt.empty()) return Status::Error("the prompt is empty");
+  KVLLM_RETURN_IF_ERROR(ValidateTokens(request.prompt));
   SeqId id(next_seq_++);
   seqs_.push_back(std::make_unique<Sequence>(id, std::move(request)));
   return id;
@@ -110,12 +115,55 @@ void Engine::Step(std::vector<TokenEvent>* events) {
   }
 }
 
-const Sequence& Engine::Get(SeqId seq) const {
+Sequence* Engine::Find(SeqId seq) {
   for (const auto& s : seqs_) {
-    if (s->id == seq) return *s;
+    if (s->id == seq) return s.get();
   }
-  KVLLM_CHECK(false && "unknown sequence");
-  __builtin_unreachable();
+  return nullptr;
+}
+
+const Sequence& Engine::Get(SeqId seq) const {
+  Sequence* s = const_cast<Engine*>(this)->Find(seq);
+  KVLLM_CHECK(s != nullptr);
+  return *s;
+}
+
+Status Engine::Continue(SeqId seq, const std::vector<int32_t>& tokens, int32_t max_tokens,
+                        bool keep_cache) {
+  Sequence* s = Find(seq);
+  if (s == nullptr || !s->finished()) return Status::Error("no finished sequence to continue");
+  std::vector<int32_t> all = s->tokens;
+  if (s->finish == FinishReason::kStop) all.pop_back();
+  all.insert(all.end(), tokens.begin(), tokens.end());
+  KVLLM_RETURN_IF_ERROR(ValidateTokens(all));
+  s->tokens = std::move(all);
+  if (!keep_cache) {
+    kv_->Free(s->id);
+    s->n_cached = 0;
+  }
+  s->n_prompt = static_cast<int32_t>(s->tokens.size());
+  s->params.max_tokens = max_tokens;
+  s->finish = FinishReason::kNone;
+  s->timings = SequenceTimings{};
+  return Status::Ok();
+}
+
+Status Engine::Evaluate(const std::vector<int32_t>& tokens, int32_t first_row,
+                        std::vector<float>* logits) {
+  const auto n = static_cast<int32_t>(tokens.size());
+  if (n == 0 || first_row < 0 || first_row >= n) return Status::Error("nothing to evaluate");
+  KVLLM_RETURN_IF_ERROR(ValidateTokens(tokens));
+  SeqId id(next_seq_++);
+  if (!kv_->CanAppend(id, n)) {
+    return Status::Error("the KV cache has no room for " + std::to_string(n) + " tokens now");
+  }
+  kv_->Append(id, n);
+  batch_.Clear();
+  for (int32_t i = 0; i < n; ++i) batch_.Add(tokens[i], i, id, i >= first_row);
+  logits->resize(static_cast<size_t>(n - first_row) * model_->config().n_vocab);
+  model_->Forward(batch_, *kv_, pool_, logits->data());
+  kv_->Free(id);
+  return Status::Ok();
 }
 
 void Engine::Release(SeqId seq) {

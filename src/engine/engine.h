@@ -51,6 +51,16 @@ class Engine {
   // cache cannot grow finishes (kContext) without a token: check Get(seq).finished().
   void Step(std::vector<TokenEvent>* events);
   const Sequence& Get(SeqId seq) const;
+  // Gives a finished sequence more tokens and runs it again: the next turn of a chat. With
+  // `keep_cache` its K/V stays and only the new tokens are prefilled; without, the whole
+  // sequence is prefilled again (the comparison baseline). A stop token that ended the last
+  // turn is dropped (it is not text); a token sampled at the length limit is kept and fed.
+  // Timings restart and n_prompt becomes the sequence's new length.
+  Status Continue(SeqId seq, const std::vector<int32_t>& tokens, int32_t max_tokens,
+                  bool keep_cache);
+  // Scores `tokens` as one prefill of a temporary sequence and returns the logits of the
+  // rows [first_row, size): logits [size - first_row][n_vocab]. The cache is left as found.
+  Status Evaluate(const std::vector<int32_t>& tokens, int32_t first_row, std::vector<float>* logits);
   // Forgets a finished sequence and returns its blocks to the pool.
   void Release(SeqId seq);
 
@@ -60,6 +70,8 @@ class Engine {
 
  private:
   Engine(Model* model, const EngineOptions& options, std::unique_ptr<KVCache> kv);
+  Sequence* Find(SeqId seq);
+  Status ValidateTokens(const std::vector<int32_t>& tokens) const;
 
   Model* model_;
   EngineOptions options_;

@@ -1,0 +1,225 @@
+// `kvllm chat`: an interactive conversation in which every turn prefills only the new message.
+// The KV of earlier turns stays in the cache: the conversation is one engine sequence that is
+// continued turn after turn. `--no-kv-reuse` re-prefills the whole history each turn instead,
+// for comparison; both feed the model the same tokens.
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "tokenizer/chat_template.h"
+
+namespace kvllm::cli {
+namespace {
+
+struct ChatFlags {
+  std::string model_path;
+  std::string system;
+  std::string chat_template;
+  int32_t n_predict = 256;
+  float temp = 0.8f;
+  int32_t top_k = 40;
+  float top_p = 0.95f;
+  float min_p = 0.05f;
+  float repeat_penalty = 1.0f;
+  int64_t seed = -1;
+  bool no_kv_reuse = false;
+  EngineFlags engine;
+};
+
+class ChatSession {
+ public:
+  ChatSession(const ChatFlags& flags, const Tokenizer& tok, Engine& engine, ChatTemplate tmpl)
+      : flags_(flags), tok_(tok), engine_(engine), tmpl_(tmpl) {
+    Reset();
+  }
+
+  void Reset() {
+    if (seq_) engine_.Release(*seq_);
+    seq_.reset();
+    messages_.clear();
+    cached_text_.clear();
+    if (!flags_.system.empty()) messages_.push_back({"system", flags_.system});
+  }
+
+  // Runs one user turn; returns false when the engine refused it (the error is printed).
+  bool Turn(const std::string& user) {
+    messages_.push_back({"user", user});
+    const std::string full = tmpl_.Apply(messages_, /*add_generation_prompt=*/true);
+    // The rendered conversation extends what the cache holds: feed only the difference.
+    const bool extends = seq_ && full.compare(0, cached_text_.size(), cached_text_) == 0;
+    int32_t reused = 0;
+    Status status;
+    if (extends) {
+      const std::vector<int32_t> delta =
+          tok_.Encode(full.substr(cached_text_.size()), /*add_special=*/false);
+      reused = flags_.no_kv_reuse ? 0 : engine_.Get(*seq_).n_cached;
+      status = engine_.Continue(*seq_, delta, flags_.n_predict, !flags_.no_kv_reuse);
+    } else {
+      if (seq_) engine_.Release(*seq_);
+      seq_.reset();
+      Request req;
+      req.prompt = tok_.Encode(full, /*add_special=*/true);
+      req.params = Params();
+      auto id = engine_.Add(std::move(req));
+      if (id.ok()) seq_ = *id;
+      status = id.status();
+    }
+    if (!status.ok()) {
+      std::fprintf(stderr, "kvllm chat: %s (use /reset to start over)\n", status.message().c_str());
+      messages_.pop_back();
+      return false;
+    }
+
+    Utf8Streamer streamer;
+    std::string reply;
+    std::vector<TokenEvent> events;
+    while (engine_.HasUnfinished()) {
+      events.clear();
+      engine_.Step(&events);
+      for (const TokenEvent& ev : events) {
+        if (ev.finish == FinishReason::kStop) continue;
+        const std::string piece = streamer.Push(tok_.TokenToPiece(ev.token));
+        reply += piece;
+        std::fputs(piece.c_str(), stdout);
+        std::fflush(stdout);
+      }
+    }
+    const std::string tail = streamer.Flush();
+    reply += tail;
+    std::fputs((tail + "\n").c_str(), stdout);
+    std::fflush(stdout);
+
+    const Sequence& s = engine_.Get(*seq_);
+    messages_.push_back({"assistant", reply});
+    cached_text_ = full + reply;
+    const SequenceTimings& t = s.timings;
+    std::fprintf(stderr,
+                 "[reused %d tokens from cache, prefilled %d tokens in %.1f ms, decode %.2f "
+                 "tokens/s, %d tokens in the conversation]\n",
+                 reused, t.prefill_tokens, t.prefill_ms,
+                 t.decode_ms > 0 ? t.decode_steps * 1000.0 / t.decode_ms : 0.0,
+                 static_cast<int32_t>(s.tokens.size()));
+    return true;
+  }
+
+  void PrintStats() const {
+    const KVStats kv = engine_.kv().Stats();
+    std::fprintf(stderr,
+                 "[%zu messages; KV cache: %lld tokens stored, %d of %d blocks in use (%s), %s "
+                 "bytes per token]\n",
+                 messages_.size(), static_cast<long long>(kv.tokens_stored), kv.blocks_used,
+                 kv.blocks_total, FormatBytes(static_cast<double>(kv.bytes_used)).c_str(),
+                 WithCommas(kv.bytes_per_token).c_str());
+  }
+
+ private:
+  GenerationParams Params() const {
+    GenerationParams p;
+    p.max_tokens = flags_.n_predict;
+    p.stop_tokens = {tok_.eos()};
+    p.sampling.temperature = flags_.temp;
+    p.sampling.top_k = flags_.top_k;
+    p.sampling.top_p = flags_.top_p;
+    p.sampling.min_p = flags_.min_p;
+    p.sampling.repeat_penalty = flags_.repeat_penalty;
+    p.sampling.seed = flags_.seed < 0 ? SamplingParams::kRandomSeed : static_cast<uint64_t>(flags_.seed);
+    return p;
+  }
+
+  const ChatFlags& flags_;
+  const Tokenizer& tok_;
+  Engine& engine_;
+  const ChatTemplate tmpl_;
+  std::optional<SeqId> seq_;
+  std::vector<ChatMessage> messages_;
+  std::string cached_text_;  // the conversation text whose tokens the sequence holds
+};
+
+int Chat(const ChatFlags& f) {
+  auto loaded = LoadModel(f.model_path);
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "kvllm chat: %s\n", loaded.status().message().c_str());
+    return 1;
+  }
+  std::optional<ChatTemplate> tmpl;
+  if (!f.chat_template.empty()) {
+    tmpl = ChatTemplate::FromName(f.chat_template);
+    if (!tmpl) {
+      std::string names;
+      for (const std::string& n : ChatTemplate::Names()) names += (names.empty() ? "" : ", ") + n;
+      std::fprintf(stderr, "kvllm chat: unknown chat template '%s' (known: %s)\n",
+                   f.chat_template.c_str(), names.c_str());
+      return 1;
+    }
+  } else {
+    auto jinja = loaded->model->file().GetString("tokenizer.chat_template");
+    tmpl = ChatTemplate::Detect(jinja.ok() ? *jinja : "");
+  }
+  auto opts = f.engine.ToOptions(*loaded->model);
+  if (!opts.ok()) {
+    std::fprintf(stderr, "kvllm chat: %s\n", opts.status().message().c_str());
+    return 1;
+  }
+  auto engine = Engine::Create(loaded->model.get(), *opts);
+  if (!engine.ok()) {
+    std::fprintf(stderr, "kvllm chat: %s\n", engine.status().message().c_str());
+    return 1;
+  }
+  const bool interactive = isatty(STDIN_FILENO);
+  std::fprintf(stderr,
+               "kvllm chat: template %s, KV cache of %lld tokens%s. Commands: /reset, /stats, "
+               "/quit\n",
+               tmpl->name(), static_cast<long long>((*engine)->kv().capacity_tokens()),
+               f.no_kv_reuse ? ", re-prefilling the history every turn (--no-kv-reuse)" : "");
+  ChatSession session(f, *loaded->tokenizer, **engine, *tmpl);
+  std::string line;
+  while (true) {
+    if (interactive) {
+      std::fputs("> ", stdout);
+      std::fflush(stdout);
+    }
+    if (!std::getline(std::cin, line)) break;
+    if (line.empty()) continue;
+    if (line == "/quit" || line == "/exit") break;
+    if (line == "/reset") {
+      session.Reset();
+      std::fprintf(stderr, "[conversation reset]\n");
+      continue;
+    }
+    if (line == "/stats") {
+      session.PrintStats();
+      continue;
+    }
+    session.Turn(line);
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command RegisterChat(CLI::App* app) {
+  auto f = std::make_shared<ChatFlags>();
+  CLI::App* sub = app->add_subcommand("chat", "talk to a model; each turn reuses the KV of the earlier turns");
+  sub->add_option("-m,--model", f->model_path, "GGUF model file")->required();
+  sub->add_option("--system", f->system, "system prompt");
+  sub->add_option("--chat-template", f->chat_template,
+                  "chatml, llama2, llama3, mistral, zephyr, phi3, gemma (default: from the model)");
+  sub->add_option("-n,--n-predict", f->n_predict, "tokens per reply at most (-1: until EOS or a full cache)")
+      ->capture_default_str();
+  sub->add_option("--temp", f->temp, "temperature (0: greedy)")->capture_default_str();
+  sub->add_option("--top-k", f->top_k, "top-k sampling (0: off)")->capture_default_str();
+  sub->add_option("--top-p", f->top_p, "top-p sampling (1: off)")->capture_default_str();
+  sub->add_option("--min-p", f->min_p, "min-p sampling (0: off)")->capture_default_str();
+  sub->add_option("--repeat-penalty", f->repeat_penalty, "repetition penalty (1: off)")
+      ->capture_default_str();
+  sub->add_option("-s,--seed", f->seed, "RNG seed (-1: random)")->capture_default_str();
+  sub->add_flag("--no-kv-reuse", f->no_kv_reuse, "re-prefill the whole history every turn");
+  f->engine.Register(sub);
+  return [f] { return Chat(*f); };
+}
+
+}  // namespace kvllm::cli
