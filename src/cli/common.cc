@@ -25,21 +25,28 @@ void EngineFlags::Register(CLI::App* app) {
                   "KV cache size in tokens (default: the model's context length, capped by "
                   "available memory)");
   app->add_option("-t,--threads", threads, "threads (default: one per CPU)");
-  app->add_option("--cache-type-k", cache_type_k, "K cache format (-ctk): f32, f16")
+  app->add_option("--cache-type-k", cache_type_k, "K cache format (-ctk): f32, f16, bf16, q8_0, q4_0")
       ->capture_default_str();
-  app->add_option("--cache-type-v", cache_type_v, "V cache format (-ctv): f32, f16")
+  app->add_option("--cache-type-v", cache_type_v, "V cache format (-ctv): f32, f16, bf16, q8_0, q4_0")
       ->capture_default_str();
   app->add_option("--block-size", block_size, "tokens per KV block")->capture_default_str();
   app->add_flag("--no-kv-cache", no_kv_cache,
                 "baseline: recompute the whole sequence at every step");
+  app->add_option("--kv-window", kv_window,
+                  "sliding window: attend to the last W tokens (plus the sinks) and release "
+                  "older blocks, so memory stays flat (0: off)")
+      ->capture_default_str();
+  app->add_option("--kv-sinks", kv_sinks, "attention sinks kept with --kv-window")
+      ->capture_default_str();
 }
 
 StatusOr<EngineOptions> EngineFlags::ToOptions(const Model& model) const {
   EngineOptions o;
   for (auto [name, out] : {std::pair{&cache_type_k, &o.k_type}, std::pair{&cache_type_v, &o.v_type}}) {
     std::optional<DType> t = DTypeFromName(*name);
-    if (!t || (*t != DType::kF32 && *t != DType::kF16)) {
-      return Status::Error("unsupported KV cache type '" + *name + "' (supported: f32, f16)");
+    if (!t) {
+      return Status::Error("unsupported KV cache type '" + *name +
+                           "' (supported: f32, f16, bf16, q8_0, q4_0)");
     }
     *out = *t;
   }
@@ -51,6 +58,8 @@ StatusOr<EngineOptions> EngineFlags::ToOptions(const Model& model) const {
   o.n_threads = threads;
   o.kv_cache = !no_kv_cache;
   o.ctx_size = ctx_size;
+  o.kv_window = kv_window;
+  o.kv_sinks = kv_window > 0 ? kv_sinks : 0;
   if (o.ctx_size == 0) {
     o.ctx_size = model.config().n_ctx_train;
     KVLLM_ASSIGN_OR_RETURN(KVLayout layout, KVLayout::Make(model.kv_shape(), o.block_size,

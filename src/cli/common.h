@@ -21,8 +21,8 @@ struct LoadedModel {
 };
 StatusOr<LoadedModel> LoadModel(const std::string& path);
 
-// Flags of the KV cache and the engine, llama.cpp's names: -c, -t, -ctk, -ctv, --block-size,
-// --no-kv-cache.
+// Flags of the KV cache and the engine, llama.cpp's names where it has them: -c, -t, -ctk,
+// -ctv, --block-size, --no-kv-cache, --kv-window, --kv-sinks.
 struct EngineFlags {
   int32_t ctx_size = 0;
   int32_t threads = 0;
@@ -30,6 +30,8 @@ struct EngineFlags {
   std::string cache_type_v = "f16";
   int32_t block_size = 16;
   bool no_kv_cache = false;
+  int32_t kv_window = 0;
+  int32_t kv_sinks = 4;
 
   void Register(CLI::App* app);
   // Resolves formats and the default context size (the model's, capped so the KV pool takes

@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace kvllm {
 
@@ -20,7 +21,14 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(Model* model, const EngineOptio
   KVLLM_ASSIGN_OR_RETURN(KVLayout layout, KVLayout::Make(model->kv_shape(), opts.block_size,
                                                          opts.k_type, opts.v_type));
   const int32_t num_blocks = (opts.ctx_size + opts.block_size - 1) / opts.block_size;
-  auto kv = std::make_unique<KVCache>(layout, num_blocks);
+  if (opts.kv_window < 0 || opts.kv_sinks < 0) {
+    return Status::Error("--kv-window and --kv-sinks must not be negative");
+  }
+  if (opts.kv_window == 0) {
+    opts.kv_window = model->config().sliding_window;
+    opts.kv_sinks = 0;
+  }
+  auto kv = std::make_unique<KVCache>(layout, num_blocks, KVWindow{opts.kv_window, opts.kv_sinks});
   return std::unique_ptr<Engine>(new Engine(model, opts, std::move(kv)));
 }
 
@@ -61,7 +69,11 @@ bool Engine::HasUnfinished() const {
 void Engine::Step(std::vector<TokenEvent>* events) {
   batch_.Clear();
   batch_seqs_.clear();
-  const int64_t ctx_limit = std::min<int64_t>(kv_->capacity_tokens(), options_.ctx_size);
+  // With a window and the cache, old blocks are released as the sequence grows: only the pool
+  // bounds it. Otherwise every position needs its slot.
+  const bool bounded = !(kv_->window().enabled() && options_.kv_cache);
+  const int64_t ctx_limit = bounded ? std::min<int64_t>(kv_->capacity_tokens(), options_.ctx_size)
+                                    : std::numeric_limits<int32_t>::max();
   for (auto& s : seqs_) {
     if (s->finished()) continue;
     const int32_t n_tokens = static_cast<int32_t>(s->tokens.size());
@@ -112,6 +124,7 @@ void Engine::Step(std::vector<TokenEvent>* events) {
       ++s.timings.decode_steps;
     }
     events->push_back(TokenEvent{s.id, token, s.finish});
+    kv_->ReleaseOutsideWindow(s.id, s.n_cached);
   }
 }
 

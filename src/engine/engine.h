@@ -31,6 +31,11 @@ struct EngineOptions {
   DType v_type = DType::kF16;
   int32_t n_threads = 0;     // 0: one per CPU
   bool kv_cache = true;      // false: recompute every step (baseline)
+  // Sliding window with attention sinks (see KVWindow); 0 uses the model's own sliding window
+  // if its GGUF declares one. With a window and the cache, generation is not bounded by
+  // ctx_size: memory stays flat.
+  int32_t kv_window = 0;
+  int32_t kv_sinks = 0;
 };
 
 struct TokenEvent {

@@ -6,6 +6,11 @@
 //                    m' = max(m, max_j s_j);  c = exp(m − m')
 //                    l  = l·c + Σ_j exp(s_j − m');   acc = acc·c + Σ_j exp(s_j − m')·v_j
 //   out = acc / l
+//
+// A query attends to one or two spans of cache slots, each with its own rotated query: the
+// whole past normally; with a sliding window, the attention sinks and the window (see
+// KVWindow), where the sinks are read with the query rotated so that they sit just before
+// the window (StreamingLLM positions).
 #pragma once
 
 #include <cstdint>
@@ -14,24 +19,32 @@
 
 namespace kvllm {
 
+struct AttentionSpan {
+  int32_t begin;   // first cache slot
+  int32_t end;     // one past the last
+  const float* q;  // [n_group][head_dim] query heads, rotated for this span
+};
+
 struct AttentionArgs {
   const KVCache* kv;
   const BlockTable* table;
   int32_t layer;
   int32_t kv_head;
-  int32_t n_ctx;    // attends to cache slots [0, n_ctx)
   int32_t n_group;  // query heads sharing this KV head (GQA)
   float scale;      // usually 1/sqrt(head_dim)
+  AttentionSpan spans[2];
+  int32_t n_spans;  // 1 or 2; spans are disjoint and not empty
 };
 
 // Number of floats of scratch AttendGroup needs.
-int64_t AttentionScratchFloats(int32_t n_group, int32_t block_size, int32_t head_dim);
+int64_t AttentionScratchFloats(int32_t n_group, int32_t block_size);
 
-// q: [n_group][head_dim] the query heads of one KV head group; out: [n_group][head_dim].
-// Each K row is read once for the whole group. `scratch` holds AttentionScratchFloats floats.
-void AttendGroup(const AttentionArgs& args, const float* q, float* out, float* scratch);
+// out: [n_group][head_dim]. Each K and V row is read once for the whole group.
+// `scratch` holds AttentionScratchFloats floats.
+void AttendGroup(const AttentionArgs& args, float* out, float* scratch);
 
-// The same result computed the plain way (dequantize every row, full softmax): the oracle.
-void AttendGroup_ref(const AttentionArgs& args, const float* q, float* out);
+// The same result computed the plain way (dequantize every row, full softmax in double):
+// the oracle.
+void AttendGroup_ref(const AttentionArgs& args, float* out);
 
 }  // namespace kvllm

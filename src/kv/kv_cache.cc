@@ -1,5 +1,6 @@
 #include "kv/kv_cache.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -20,8 +21,9 @@ int32_t CeilDiv(int32_t a, int32_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 
-KVCache::KVCache(KVLayout layout, int32_t num_blocks)
+KVCache::KVCache(KVLayout layout, int32_t num_blocks, KVWindow window)
     : layout_(layout),
+      window_(window),
       pool_(num_blocks),
       data_(AllocateAligned(static_cast<size_t>(num_blocks) * layout.bytes_per_block()),
             &FreeAligned) {}
@@ -48,8 +50,26 @@ void KVCache::Append(SeqId seq, int32_t n_new) {
 void KVCache::Free(SeqId seq) {
   auto it = tables_.find(seq);
   if (it == tables_.end()) return;
-  for (BlockId id : it->second.blocks) pool_.Release(id);
+  for (BlockId id : it->second.blocks) {
+    if (id.valid()) pool_.Release(id);
+  }
   tables_.erase(it);
+}
+
+void KVCache::ReleaseOutsideWindow(SeqId seq, int32_t next_pos) {
+  auto it = tables_.find(seq);
+  if (!window_.enabled() || it == tables_.end()) return;
+  const int32_t begin = window_.WindowBegin(next_pos);
+  if (begin == 0) return;
+  // Blocks [first, last) lie wholly in [sinks, begin).
+  const int32_t first = (window_.sinks + block_size() - 1) / block_size();
+  const int32_t last = std::min<int32_t>(begin / block_size(), it->second.blocks.size());
+  for (int32_t b = first; b < last; ++b) {
+    BlockId& id = it->second.blocks[b];
+    if (!id.valid()) continue;
+    pool_.Release(id);
+    id = BlockId();
+  }
 }
 
 const BlockTable& KVCache::Table(SeqId seq) const {
@@ -65,7 +85,11 @@ KVStats KVCache::Stats() const {
   s.block_size = block_size();
   s.blocks_total = pool_.num_blocks();
   s.blocks_used = pool_.num_used();
-  for (const auto& [seq, t] : tables_) s.tokens_stored += t.num_tokens;
+  for (const auto& [seq, t] : tables_) {
+    const auto released = std::count_if(t.blocks.begin(), t.blocks.end(),
+                                        [](BlockId id) { return !id.valid(); });
+    s.tokens_stored += t.num_tokens - released * block_size();
+  }
   s.bytes_allocated = static_cast<size_t>(s.blocks_total) * s.bytes_per_block;
   s.bytes_used = static_cast<size_t>(s.blocks_used) * s.bytes_per_block;
   int64_t slots = int64_t{s.blocks_used} * block_size();
@@ -81,7 +105,9 @@ std::string KVCache::CheckIntegrity() const {
     if (static_cast<int32_t>(t.blocks.size()) != CeilDiv(t.num_tokens, block_size())) {
       return "sequence " + std::to_string(seq.value) + " has a table of the wrong length";
     }
-    for (BlockId id : t.blocks) ++refs[id.value];
+    for (BlockId id : t.blocks) {
+      if (id.valid()) ++refs[id.value];
+    }
   }
   for (int32_t i = 0; i < pool_.num_blocks(); ++i) {
     if (refs[i] != pool_.ref_count(BlockId(i))) {

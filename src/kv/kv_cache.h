@@ -24,8 +24,27 @@
 namespace kvllm {
 
 struct BlockTable {
-  std::vector<BlockId> blocks;  // logical block i → physical block
-  int32_t num_tokens = 0;       // token slots in use; the last block may be partly filled
+  // logical block i → physical block; an invalid id marks a block a sliding window released
+  std::vector<BlockId> blocks;
+  int32_t num_tokens = 0;  // token positions so far; the last block may be partly filled
+};
+
+// Sliding window with attention sinks (StreamingLLM, Xiao et al. 2023): a query at position p
+// attends to the first `sinks` positions and the last `window` ones, [p + 1 - window, p].
+// Blocks wholly between the two are released as generation proceeds, so memory stays flat:
+// a sequence holds at most ceil(sinks / block_size) + ceil(window / block_size) + 1 blocks.
+// The sinks are read as if they sat just before the window (positions within the cache), so
+// no query ever sees a distance longer than sinks + window.
+struct KVWindow {
+  int32_t window = 0;  // 0: off, attend to everything
+  int32_t sinks = 0;
+
+  bool enabled() const { return window > 0; }
+  // First position of the window for a query at `pos`; sinks are a separate span only when
+  // this is past them (otherwise the query simply attends to [0, pos]).
+  int32_t WindowBegin(int32_t pos) const {
+    return enabled() && pos + 1 - window > sinks ? pos + 1 - window : 0;
+  }
 };
 
 struct KVStats {
@@ -34,7 +53,7 @@ struct KVStats {
   int32_t block_size = 0;
   int32_t blocks_total = 0;
   int32_t blocks_used = 0;
-  int64_t tokens_stored = 0;  // sum of num_tokens over sequences
+  int64_t tokens_stored = 0;  // token slots held, over all sequences
   size_t bytes_allocated = 0; // the whole pool
   size_t bytes_used = 0;      // blocks_used × bytes_per_block
   // Slots allocated but holding no token, over all allocated slots (0 when nothing is used).
@@ -43,11 +62,12 @@ struct KVStats {
 
 class KVCache {
  public:
-  KVCache(KVLayout layout, int32_t num_blocks);
+  KVCache(KVLayout layout, int32_t num_blocks, KVWindow window = {});
   KVCache(const KVCache&) = delete;
   KVCache& operator=(const KVCache&) = delete;
 
   const KVLayout& layout() const { return layout_; }
+  const KVWindow& window() const { return window_; }
   int32_t block_size() const { return layout_.block_size(); }
   int32_t num_blocks() const { return pool_.num_blocks(); }
   // Token capacity of the whole pool.
@@ -60,6 +80,9 @@ class KVCache {
   void Append(SeqId seq, int32_t n_new);
   // Releases every block of `seq`; unknown ids are ignored.
   void Free(SeqId seq);
+  // With a window: releases the blocks of `seq` that no query at `next_pos` or later can
+  // attend to (wholly after the sinks and before the window). No-op without a window.
+  void ReleaseOutsideWindow(SeqId seq, int32_t next_pos);
   bool Has(SeqId seq) const { return tables_.count(seq) != 0; }
   const BlockTable& Table(SeqId seq) const;
 
@@ -85,6 +108,7 @@ class KVCache {
   }
 
   KVLayout layout_;
+  KVWindow window_;
   BlockPool pool_;
   // [num_blocks][bytes_per_block], 64-byte aligned
   std::unique_ptr<uint8_t[], void (*)(uint8_t*)> data_;

@@ -89,5 +89,38 @@ TEST(KVCacheTest, SequencesGetDisjointRows) {
     for (int j = 0; j < 3; ++j) EXPECT_NE(kv.KRow(ta, 1, 2, i), kv.KRow(tb, 1, 2, j));
 }
 
+TEST(KVCacheTest, WindowKeepsBlocksBoundedOver5000DecodeSteps) {
+  const int32_t bs = 16, window = 64, sinks = 4;
+  KVCache kv(MakeLayout(bs), 64, KVWindow{window, sinks});
+  SeqId s(1);
+  kv.Append(s, 100);  // a prompt longer than the window
+  kv.ReleaseOutsideWindow(s, 100);
+  const int32_t bound = (sinks + bs - 1) / bs + (window + bs - 1) / bs + 1;
+  for (int step = 0; step < 5000; ++step) {
+    ASSERT_TRUE(kv.CanAppend(s, 1)) << step;
+    kv.Append(s, 1);
+    kv.ReleaseOutsideWindow(s, kv.Table(s).num_tokens);
+    ASSERT_LE(kv.Stats().blocks_used, bound) << step;
+    ASSERT_LE(kv.Stats().blocks_used, (window + sinks + bs - 1) / bs + 1) << step;
+  }
+  EXPECT_EQ(kv.CheckIntegrity(), "");
+  // The sink block and the window's blocks are the ones still held.
+  const BlockTable& t = kv.Table(s);
+  EXPECT_TRUE(t.blocks.front().valid());
+  EXPECT_TRUE(t.blocks.back().valid());
+  EXPECT_FALSE(t.blocks[2].valid());
+  kv.Free(s);
+  EXPECT_EQ(kv.Stats().blocks_used, 0);
+  EXPECT_EQ(kv.CheckIntegrity(), "");
+}
+
+TEST(KVWindowTest, WindowBeginFollowsTheQuery) {
+  KVWindow w{8, 2};
+  EXPECT_EQ(w.WindowBegin(5), 0);    // everything is still in reach
+  EXPECT_EQ(w.WindowBegin(9), 0);    // sinks [0, 2) + window [2, 9] = all of [0, 9]
+  EXPECT_EQ(w.WindowBegin(10), 3);   // sinks [0, 2) and window [3, 10]
+  EXPECT_EQ(KVWindow{}.WindowBegin(100000), 0);
+}
+
 }  // namespace
 }  // namespace kvllm

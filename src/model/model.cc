@@ -59,13 +59,15 @@ void Model::EnsureScratch(int32_t n_tok, int32_t n_threads, int32_t block_size) 
     x_.resize(n * c.n_embd);
     h_.resize(n * c.n_embd);
     q_.resize(n * c.n_head * c.head_dim);
+    q_raw_.resize(n * c.n_head * c.head_dim);
     k_.resize(n * c.n_kv_head * c.head_dim);
     v_.resize(n * c.n_kv_head * c.head_dim);
     attn_.resize(n * c.n_head * c.head_dim);
     gate_.resize(n * c.n_ff);
     up_.resize(n * c.n_ff);
   }
-  att_scratch_stride_ = AttentionScratchFloats(c.n_group(), block_size, c.head_dim);
+  att_scratch_stride_ =
+      AttentionScratchFloats(c.n_group(), block_size) + int64_t{c.n_group()} * c.head_dim;
   const size_t need = static_cast<size_t>(att_scratch_stride_) * n_threads;
   if (att_scratch_.size() < need) att_scratch_.resize(need);
 }
@@ -93,6 +95,7 @@ void Model::Forward(const ForwardBatch& batch, KVCache& kv, ThreadPool& pool, fl
     MatMul(w.wq.type, w.wq.data, qd, e, h_.data(), n_tok, q_.data(), &pool);
     MatMul(w.wk.type, w.wk.data, kvd, e, h_.data(), n_tok, k_.data(), &pool);
     MatMul(w.wv.type, w.wv.data, kvd, e, h_.data(), n_tok, v_.data(), &pool);
+    if (kv.window().enabled()) std::copy(q_.begin(), q_.begin() + n_tok * qd, q_raw_.begin());
     for (int32_t t = 0; t < n_tok; ++t) {
       const int32_t pos = batch.positions[t];
       Rope(&q_[t * qd], c.n_head, c.head_dim, c.n_rot, pos, inv_freq_.data());
@@ -136,14 +139,31 @@ void Model::Attention(const ForwardBatch& batch, KVCache& kv, ThreadPool& pool, 
   const int32_t n_group = c.n_group();
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   const int64_t qd = int64_t{c.n_head} * c.head_dim;
+  const KVWindow& window = kv.window();
   // One task per (token, kv head): it reads that head's K/V once for its query-head group.
   pool.ParallelFor(int64_t{batch.size()} * c.n_kv_head, [&](int64_t task, int thread) {
     const int32_t t = static_cast<int32_t>(task / c.n_kv_head);
     const int32_t h = static_cast<int32_t>(task % c.n_kv_head);
-    const AttentionArgs args{&kv, &kv.Table(batch.seq_ids[t]), layer, h,
-                             batch.positions[t] + 1, n_group, scale};
+    const int32_t pos = batch.positions[t];
     const int64_t off = t * qd + int64_t{h} * n_group * c.head_dim;
-    AttendGroup(args, &q_[off], &attn_[off], &att_scratch_[thread * att_scratch_stride_]);
+    float* scratch = &att_scratch_[thread * att_scratch_stride_];
+    AttentionArgs args{&kv, &kv.Table(batch.seq_ids[t]), layer, h, n_group, scale,
+                       {{0, pos + 1, &q_[off]}}, 1};
+    const int32_t begin = window.WindowBegin(pos);
+    if (begin > 0) {
+      // The window keeps its true distances to the query; the sinks are read with the query
+      // rotated to the position it has when they sit just before the window.
+      args.spans[0] = {begin, pos + 1, &q_[off]};
+      args.n_spans = 1;
+      if (window.sinks > 0) {
+        float* q_sink = scratch + AttentionScratchFloats(n_group, kv.block_size());
+        std::copy(&q_raw_[off], &q_raw_[off] + int64_t{n_group} * c.head_dim, q_sink);
+        Rope(q_sink, n_group, c.head_dim, c.n_rot, pos - begin + window.sinks, inv_freq_.data());
+        args.spans[1] = {0, window.sinks, q_sink};
+        args.n_spans = 2;
+      }
+    }
+    AttendGroup(args, &attn_[off], scratch);
   });
 }
 

@@ -3,8 +3,9 @@
 // The batch may mix tokens of several sequences and any number of tokens per sequence: a
 // prompt's prefill is one batch (one matrix x matrix pass per weight), a decode step is one
 // token per sequence. Each token's K and V are written into its sequence's cache slot
-// `positions[i]` before attention reads slots [0, positions[i]] of that sequence, so a batch
-// of consecutive tokens attends causally among itself and to what was cached before.
+// `positions[i]` before attention reads slots [0, positions[i]] of that sequence (or its sinks
+// and window, see KVWindow), so a batch of consecutive tokens attends causally among itself
+// and to what was cached before.
 #pragma once
 
 #include <cstdint>
@@ -75,12 +76,13 @@ class Model {
   std::vector<float> x_;       // [n_tok][n_embd] residual stream
   std::vector<float> h_;       // [n_tok][n_embd] normed input of a sub-layer
   std::vector<float> q_;       // [n_tok][n_head][head_dim]
+  std::vector<float> q_raw_;   // [n_tok][n_head][head_dim] before RoPE (sliding window only)
   std::vector<float> k_;       // [n_tok][n_kv_head][head_dim]
   std::vector<float> v_;       // [n_tok][n_kv_head][head_dim]
   std::vector<float> attn_;    // [n_tok][n_head][head_dim]
   std::vector<float> gate_;    // [n_tok][n_ff]
   std::vector<float> up_;      // [n_tok][n_ff]
-  std::vector<float> att_scratch_;  // [n_threads][AttentionScratchFloats]
+  std::vector<float> att_scratch_;  // [n_threads][AttentionScratchFloats + n_group*head_dim]
   int64_t att_scratch_stride_ = 0;
 };
 

@@ -62,6 +62,13 @@ StatusOr<ModelConfig> ModelConfig::FromGguf(const gguf::GgufFile& f) {
   c.rms_eps = static_cast<float>(eps);
   c.rope_base = static_cast<float>(base);
 
+  uint64_t window = 0;
+  KVLLM_ASSIGN_OR_RETURN(window, f.GetUint(p + "attention.sliding_window", 0));
+  if (window > uint64_t{std::numeric_limits<int32_t>::max()}) {
+    return Status::Error("model: attention.sliding_window is out of range");
+  }
+  c.sliding_window = static_cast<int32_t>(window);
+
   const gguf::TensorInfo* embd = f.FindTensor("token_embd.weight");
   if (embd == nullptr) return Status::Error("model: tensor 'token_embd.weight' is missing");
   if (embd->ne[1] == 0 || embd->ne[1] > uint64_t{std::numeric_limits<int32_t>::max()}) {

@@ -24,6 +24,7 @@ struct ModelConfig {
   int32_t n_rot = 0;        // <arch>.rope.dimension_count (defaults to head_dim)
   float rms_eps = 1e-5f;    // <arch>.attention.layer_norm_rms_epsilon
   float rope_base = 10000;  // <arch>.rope.freq_base
+  int32_t sliding_window = 0;  // <arch>.attention.sliding_window (0: full attention)
 
   // n_vocab comes from <arch>.vocab_size or, when absent, the token embedding's rows.
   static StatusOr<ModelConfig> FromGguf(const gguf::GgufFile& file);
