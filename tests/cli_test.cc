@@ -115,6 +115,53 @@ TEST(CliTest, TokenizePrintsIdsWithBos) {
   EXPECT_EQ(std::vector<int>(ids.begin() + 1, ids.end()), no_bos);
 }
 
+TEST(CliTest, KvSizeReproducesTheLlama2_7bFigures) {
+  std::string out, err;
+  ASSERT_EQ(RunCommand(Kvllm() + " kv-size --preset llama-2-7b --json", &out, &err), 0) << err;
+  auto j = nlohmann::json::parse(out);
+  bool found = false;
+  for (const auto& f : j["formats"]) {
+    if (f["k_type"] != "f16") continue;
+    found = true;
+    EXPECT_EQ(f["bytes_per_token"].get<uint64_t>(), 524288u);
+    EXPECT_EQ(f["contexts"][0]["tokens"].get<int>(), 4096);
+    EXPECT_EQ(f["contexts"][0]["bytes"].get<uint64_t>(), uint64_t{2} << 30);
+    EXPECT_EQ(f["contexts"][1]["tokens"].get<int>(), 8192);
+    EXPECT_EQ(f["contexts"][1]["bytes"].get<uint64_t>(), uint64_t{4} << 30);
+  }
+  EXPECT_TRUE(found);
+}
+
+TEST(CliTest, KvSizeAgreesWithWhatTheEngineAllocates) {
+  for (const char* type : {"f32", "f16", "bf16"}) {
+    SCOPED_TRACE(type);
+    std::string out, err;
+    ASSERT_EQ(RunCommand(Kvllm() + " kv-size -m " + Tiny() + " -c 100 --block-size 8 --json",
+                         &out, &err),
+              0)
+        << err;
+    uint64_t predicted = 0;
+    const auto sizes = nlohmann::json::parse(out);
+    for (const auto& f : sizes["formats"]) {
+      if (f["k_type"].get<std::string>() == type) predicted = f["contexts"][0]["bytes"].get<uint64_t>();
+    }
+    auto run = RunJson(std::string("-p hi -n 2 -c 100 --block-size 8 -ctk ") + type + " -ctv " + type);
+    EXPECT_EQ(run["kv_bytes_allocated"].get<uint64_t>(), predicted);
+    EXPECT_GT(predicted, 0u);
+  }
+}
+
+TEST(CliTest, KvCacheThatCannotFitIsRefusedWithWhatWouldFit) {
+  std::string out, err;
+  EXPECT_EQ(RunCommand(Kvllm() + " run -m " + Tiny() + " -p hi -n 2 -c 4096 --kv-mem 100K", &out,
+                       &err),
+            1);
+  // tiny: 256 bytes per token in f16, so 100 KiB holds 400 tokens.
+  EXPECT_NE(err.find("at most 400 tokens fit"), std::string::npos) << err;
+  EXPECT_EQ(RunCommand(Kvllm() + " run -m " + Tiny() + " -p hi -n 2 --kv-mem lots", &out, &err), 1);
+  EXPECT_NE(err.find("lots"), std::string::npos) << err;
+}
+
 // Lines of `text` that start with `prefix`.
 std::vector<std::string> LinesStartingWith(const std::string& text, const std::string& prefix) {
   std::vector<std::string> lines;

@@ -16,5 +16,6 @@ Command RegisterBench(CLI::App* app);
 Command RegisterTokenize(CLI::App* app);
 Command RegisterChat(CLI::App* app);
 Command RegisterPerplexity(CLI::App* app);
+Command RegisterKvSize(CLI::App* app);
 
 }  // namespace kvllm::cli

@@ -1,6 +1,7 @@
 #include "cli/common.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -38,6 +39,8 @@ void EngineFlags::Register(CLI::App* app) {
       ->capture_default_str();
   app->add_option("--kv-sinks", kv_sinks, "attention sinks kept with --kv-window")
       ->capture_default_str();
+  app->add_option("--kv-mem", kv_mem,
+                  "memory the KV cache may take, e.g. 512M or 2G (default: what is available)");
 }
 
 StatusOr<EngineOptions> EngineFlags::ToOptions(const Model& model) const {
@@ -60,15 +63,48 @@ StatusOr<EngineOptions> EngineFlags::ToOptions(const Model& model) const {
   o.ctx_size = ctx_size;
   o.kv_window = kv_window;
   o.kv_sinks = kv_window > 0 ? kv_sinks : 0;
+  KVLLM_ASSIGN_OR_RETURN(KVLayout layout, KVLayout::Make(model.kv_shape(), o.block_size,
+                                                         o.k_type, o.v_type));
+  uint64_t budget = 0;
+  if (!kv_mem.empty()) {
+    KVLLM_ASSIGN_OR_RETURN(budget, ParseBytes(kv_mem));
+  }
+  const uint64_t avail = AvailableMemoryBytes();
+  // Whole blocks of the pool: what the engine will allocate for `tokens`.
+  auto pool_bytes = [&](uint64_t tokens) {
+    return (tokens + o.block_size - 1) / o.block_size * layout.bytes_per_block();
+  };
   if (o.ctx_size == 0) {
+    // The model's context, capped by --kv-mem or half of the memory available now.
     o.ctx_size = model.config().n_ctx_train;
-    KVLLM_ASSIGN_OR_RETURN(KVLayout layout, KVLayout::Make(model.kv_shape(), o.block_size,
-                                                           o.k_type, o.v_type));
-    const uint64_t avail = AvailableMemoryBytes();
-    if (avail > 0) {
-      const uint64_t fit = avail / 2 / layout.bytes_per_token();
+    const uint64_t cap = budget > 0 ? budget : avail / 2;
+    if (cap > 0) {
+      const uint64_t fit = cap / layout.bytes_per_block() * o.block_size;
       o.ctx_size = static_cast<int32_t>(std::min<uint64_t>(o.ctx_size, std::max<uint64_t>(fit, 1)));
     }
+  }
+  const uint64_t limit = budget > 0 ? budget : avail;
+  if (limit > 0 && pool_bytes(o.ctx_size) > limit) {
+    const uint64_t fit = limit / layout.bytes_per_block() * o.block_size;
+    std::string msg = "a KV cache of " + WithCommas(o.ctx_size) + " tokens in " +
+                      DTypeName(o.k_type) + "/" + DTypeName(o.v_type) + " needs " +
+                      FormatBytes(static_cast<double>(pool_bytes(o.ctx_size))) + " but " +
+                      (budget > 0 ? "--kv-mem allows " : "only ") +
+                      FormatBytes(static_cast<double>(limit)) +
+                      (budget > 0 ? "" : " of memory is available") + "; at most " +
+                      WithCommas(fit) + " tokens fit (-c)";
+    for (DType t : {DType::kQ8_0, DType::kQ4_0}) {
+      auto smaller = KVLayout::Make(model.kv_shape(), o.block_size, t, t);
+      if (!smaller.ok()) continue;
+      const uint64_t need = (static_cast<uint64_t>(o.ctx_size) + o.block_size - 1) /
+                            o.block_size * smaller->bytes_per_block();
+      if (need <= limit) {
+        msg += std::string(", or keep -c and use -ctk ") + DTypeName(t) + " -ctv " + DTypeName(t) +
+               " (" + FormatBytes(static_cast<double>(need)) + ")";
+        break;
+      }
+    }
+    return Status::Error(msg);
   }
   return o;
 }
@@ -103,6 +139,30 @@ std::string WithCommas(uint64_t value) {
     s += digits[i];
   }
   return s;
+}
+
+StatusOr<uint64_t> ParseBytes(const std::string& text) {
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  std::string unit = text.substr(used);
+  for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (!unit.empty() && unit.back() == 'B') unit.pop_back();
+  if (unit.size() == 2 && unit[1] == 'I') unit.pop_back();  // KiB, MiB, GiB: binary anyway
+  double scale = 0;
+  if (unit.empty()) scale = 1;
+  if (unit == "K") scale = 1024.0;
+  if (unit == "M") scale = 1024.0 * 1024;
+  if (unit == "G") scale = 1024.0 * 1024 * 1024;
+  if (unit == "T") scale = 1024.0 * 1024 * 1024 * 1024;
+  if (used == 0 || scale == 0 || !(value > 0)) {
+    return Status::Error("cannot read '" + text + "' as a size (e.g. 512M, 2G, 1.5GiB)");
+  }
+  return static_cast<uint64_t>(value * scale);
 }
 
 uint64_t AvailableMemoryBytes() {

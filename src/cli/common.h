@@ -32,10 +32,13 @@ struct EngineFlags {
   bool no_kv_cache = false;
   int32_t kv_window = 0;
   int32_t kv_sinks = 4;
+  std::string kv_mem;  // memory the KV pool may take ("2G"); default: what is available
 
   void Register(CLI::App* app);
-  // Resolves formats and the default context size (the model's, capped so the KV pool takes
-  // at most half of the memory available now).
+  // Resolves formats and the context size. The default context is the model's, capped so the
+  // pool fits --kv-mem or half of the memory available now; an explicit -c whose pool cannot
+  // fit --kv-mem (or the available memory) is refused with what would fit. Nothing is
+  // allocated and no weight is read before this check.
   StatusOr<EngineOptions> ToOptions(const Model& model) const;
 };
 
@@ -44,6 +47,7 @@ struct EngineFlags {
 void RewriteLlamaShortFlags(int argc, char** argv, std::vector<std::string>* args);
 
 std::string FormatBytes(double bytes);   // "1.50 MiB"
+StatusOr<uint64_t> ParseBytes(const std::string& text);  // "512M", "2G", "1.5GiB", "1000"
 std::string WithCommas(uint64_t value);  // "524,288"
 // Bytes of memory the system can give us now (MemAvailable), 0 when unknown.
 uint64_t AvailableMemoryBytes();

@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   add(RegisterInspect);
   add(RegisterBench);
   add(RegisterTokenize);
+  add(RegisterKvSize);
 
   std::vector<std::string> args;
   RewriteLlamaShortFlags(argc, argv, &args);

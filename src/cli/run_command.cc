@@ -123,6 +123,9 @@ int Run(const RunFlags& f) {
     j["block_size"] = lay.block_size();
     j["kv_bytes_per_token"] = kv.bytes_per_token;
     j["kv_bytes_used"] = kv.bytes_used;
+    j["kv_bytes_allocated"] = kv.bytes_allocated;
+    j["kv_window"] = (*engine)->kv().window().window;
+    j["kv_sinks"] = (*engine)->kv().window().sinks;
     j["kv_blocks_used"] = kv.blocks_used;
     j["kv_blocks_total"] = kv.blocks_total;
     j["kv_tokens_stored"] = kv.tokens_stored;
