@@ -25,6 +25,7 @@ struct BenchFlags {
   int32_t repetitions = 3;
   std::vector<int32_t> depths = {64, 128, 256, 512, 1024};
   int32_t depth_steps = 3;
+  bool cache_only = false;  // skip the no-cache column of the depth table
   bool json = false;
   EngineFlags engine;
 };
@@ -73,6 +74,7 @@ std::string CommandLine(const BenchFlags& f) {
     << " -ctk " << f.engine.cache_type_k << " -ctv " << f.engine.cache_type_v
     << " --block-size " << f.engine.block_size;
   if (f.depths.empty()) s << " --no-depths";
+  if (f.cache_only) s << " --cache-only";
   for (size_t i = 0; i < f.depths.size(); ++i) s << (i ? "," : " --depths ") << f.depths[i];
   return s.str();
 }
@@ -139,10 +141,11 @@ int Bench(BenchFlags f) {
       std::fprintf(stderr, "bench: depth %d run %d/%d\n", d, r + 1, f.repetitions);
       SequenceTimings t = RunOnce(**cached, RandomPrompt(d, c.n_vocab, 200 + r), 1 + f.depth_steps);
       with.push_back(t.decode_ms / t.decode_steps);
+      if (f.cache_only) continue;
       t = RunOnce(**nocache, RandomPrompt(d, c.n_vocab, 200 + r), 1 + f.depth_steps);
       without.push_back(t.decode_ms / t.decode_steps);
     }
-    depth_rows.push_back({d, Summarize(with), Summarize(without)});
+    depth_rows.push_back({d, Summarize(with), f.cache_only ? Spread{} : Summarize(without)});
   }
 
   const Weights& w = (*model)->weights();
@@ -163,9 +166,13 @@ int Bench(BenchFlags f) {
     };
     j["rows"] = {row("pp" + std::to_string(f.n_prompt), pps), row("tg" + std::to_string(f.n_gen), tgs)};
     for (const DepthRow& r : depth_rows) {
-      j["depth"].push_back({{"depth", r.depth}, {"cached_ms_per_token", r.cached.median},
-                            {"nocache_ms_per_token", r.nocache.median},
-                            {"ratio", r.nocache.median / r.cached.median}});
+      nlohmann::json row{{"depth", r.depth}, {"cached_ms_per_token", r.cached.median},
+                         {"cached_tokens_per_s", 1000.0 / r.cached.median}};
+      if (!f.cache_only) {
+        row["nocache_ms_per_token"] = r.nocache.median;
+        row["ratio"] = r.nocache.median / r.cached.median;
+      }
+      j["depth"].push_back(row);
     }
     std::cout << j.dump(2) << std::endl;
     return 0;
@@ -183,6 +190,13 @@ int Bench(BenchFlags f) {
   if (depth_rows.empty()) return 0;
   std::printf("decode time per token at context depth (median of %d runs of %d steps):\n",
               f.repetitions, f.depth_steps);
+  if (f.cache_only) {
+    std::printf("| depth | KV cache ms/token | tokens/s |\n|------:|------------------:|---------:|\n");
+    for (const DepthRow& r : depth_rows) {
+      std::printf("| %5d | %17.3f | %8.2f |\n", r.depth, r.cached.median, 1000.0 / r.cached.median);
+    }
+    return 0;
+  }
   std::printf("| depth | KV cache ms/token | no cache ms/token | no cache / cache |\n");
   std::printf("|------:|------------------:|------------------:|-----------------:|\n");
   for (const DepthRow& r : depth_rows) {
@@ -209,6 +223,7 @@ Command RegisterBench(CLI::App* app) {
       ->excludes(depths);
   sub->add_option("--depth-steps", f->depth_steps, "decode steps timed per depth and run")
       ->capture_default_str();
+  sub->add_flag("--cache-only", f->cache_only, "depth table with the KV cache only (no baseline)");
   sub->add_flag("--json", f->json, "print JSON");
   f->engine.Register(sub);
   return [f] { return Bench(*f); };

@@ -1,5 +1,6 @@
 // `kvllm run`: generate text for one prompt, streaming it, then report what prefill, decode
 // and the KV cache cost.
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -85,9 +86,11 @@ int Run(const RunFlags& f) {
   Utf8Streamer streamer;
   std::string text;
   std::vector<TokenEvent> events;
+  int32_t peak_blocks = 0;  // memory over the run: flat with --kv-window
   while ((*engine)->HasUnfinished()) {
     events.clear();
     (*engine)->Step(&events);
+    peak_blocks = std::max(peak_blocks, (*engine)->kv().Stats().blocks_used);
     for (const TokenEvent& ev : events) {
       if (ev.finish == FinishReason::kStop) continue;  // the stop token is not text
       std::string piece = streamer.Push(tok.TokenToPiece(ev.token));
@@ -127,6 +130,8 @@ int Run(const RunFlags& f) {
     j["kv_window"] = (*engine)->kv().window().window;
     j["kv_sinks"] = (*engine)->kv().window().sinks;
     j["kv_blocks_used"] = kv.blocks_used;
+    j["kv_blocks_peak"] = peak_blocks;
+    j["kv_bytes_peak"] = static_cast<uint64_t>(peak_blocks) * kv.bytes_per_block;
     j["kv_blocks_total"] = kv.blocks_total;
     j["kv_tokens_stored"] = kv.tokens_stored;
     std::cout << j.dump() << std::endl;
@@ -141,13 +146,19 @@ int Run(const RunFlags& f) {
                t.decode_steps, t.decode_ms, decode_tps,
                opts->kv_cache ? "" : " [--no-kv-cache: full recompute per token]",
                FinishReasonName(s.finish));
+  const KVWindow& window = (*engine)->kv().window();
+  if (window.enabled()) {
+    std::fprintf(stderr, "window:   last %d tokens + %d sinks attended; older blocks released\n",
+                 window.window, window.sinks);
+  }
   std::fprintf(stderr,
                "kv cache: K %s / V %s, %s bytes per token, block %d tokens; %d of %d blocks in "
-               "use (%s of %s), %lld tokens stored, fragmentation %.1f%%\n",
+               "use (%s of %s; peak %d), %lld tokens stored, fragmentation %.1f%%\n",
                DTypeName(lay.k_type()), DTypeName(lay.v_type()),
                WithCommas(kv.bytes_per_token).c_str(), lay.block_size(), kv.blocks_used,
                kv.blocks_total, FormatBytes(kv.bytes_used).c_str(),
-               FormatBytes(kv.bytes_allocated).c_str(), static_cast<long long>(kv.tokens_stored),
+               FormatBytes(kv.bytes_allocated).c_str(), peak_blocks,
+               static_cast<long long>(kv.tokens_stored),
                kv.fragmentation * 100);
   return 0;
 }
