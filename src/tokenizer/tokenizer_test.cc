@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tokenizer/byte_encoding.h"
+
 namespace kvllm {
 namespace {
 
@@ -36,8 +38,8 @@ class TestVocab {
     vocab_.types.push_back(type);
     return static_cast<TokenId>(vocab_.pieces.size() - 1);
   }
-  SpmVocab& vocab() { return vocab_; }
-  const SpmVocab& vocab() const { return vocab_; }
+  Vocab& vocab() { return vocab_; }
+  const Vocab& vocab() const { return vocab_; }
   Tokenizer Build() {
     StatusOr<Tokenizer> tok = Tokenizer::FromVocab(vocab_);
     EXPECT_TRUE(tok.ok()) << tok.status().message();
@@ -45,7 +47,7 @@ class TestVocab {
   }
 
  private:
-  SpmVocab vocab_;
+  Vocab vocab_;
 };
 
 // Pieces for "hello world", reachable only through the intermediate merges.
@@ -150,7 +152,7 @@ TEST(TokenizerTest, InvalidUtf8BytesBecomeByteTokens) {
 }
 
 TEST(TokenizerTest, WithoutByteTokensUnknownCharactersBecomeUnk) {
-  SpmVocab vocab;
+  Vocab vocab;
   vocab.pieces = {"<unk>", "<s>", "</s>", "\xE2\x96\x81", "a"};
   vocab.types = {TokenType::kUnknown, TokenType::kControl, TokenType::kControl,
                  TokenType::kNormal, TokenType::kNormal};
@@ -193,6 +195,40 @@ TEST(TokenizerTest, ControlTokensAreNotMatchedFromText) {
   const std::vector<TokenId> ids = tok.Encode("<0x41>", false);
   EXPECT_EQ(std::count(ids.begin(), ids.end(), ByteId('A')), 0);
   EXPECT_EQ(tok.Decode(ids), "<0x41>");
+}
+
+TEST(TokenizerTest, ParseSpecialMatchesControlTokens) {
+  HelloVocab h;
+  const Tokenizer tok = h.vocab.Build();
+  // As after BOS, the text after a special token gets the space prefix.
+  EXPECT_EQ(tok.Encode("<s>hello</s>", false, /*parse_special=*/true),
+            (std::vector<TokenId>{kBos, h.space_hello, kEos}));
+  EXPECT_EQ(tok.Encode("<s>", true, /*parse_special=*/true), (std::vector<TokenId>{kBos, kBos}));
+  EXPECT_EQ(tok.Encode("<unk>", false, /*parse_special=*/true), (std::vector<TokenId>{kUnk}));
+}
+
+TEST(TokenizerTest, UserDefinedTokensAreMatchedVerbatim) {
+  HelloVocab h;
+  const TokenId sep = h.vocab.Add("<sep>", 0, TokenType::kUserDefined);
+  const Tokenizer tok = h.vocab.Build();
+  // With or without parse_special; the text after one gets the space prefix, as in llama.cpp.
+  const std::vector<TokenId> expected = {h.space_hello, sep, h.space_hello};
+  EXPECT_EQ(tok.Encode("hello<sep>hello", false), expected);
+  EXPECT_EQ(tok.Encode("hello<sep>hello", false, /*parse_special=*/true), expected);
+  EXPECT_EQ(tok.TokenToPiece(sep), "<sep>");
+  EXPECT_EQ(tok.Decode(expected), "hello<sep> hello");
+}
+
+TEST(TokenizerTest, EndOfGenerationTokens) {
+  TestVocab v;
+  const TokenId eot = v.Add("<|eot|>", 0, TokenType::kControl);
+  const TokenId x = v.Add("x", -1);
+  v.vocab().eog = {eot};
+  const Tokenizer tok = v.Build();
+  EXPECT_TRUE(tok.IsEog(kEos));
+  EXPECT_TRUE(tok.IsEog(eot));
+  EXPECT_FALSE(tok.IsEog(x));
+  EXPECT_FALSE(tok.IsEog(kNoToken));
 }
 
 TEST(TokenizerTest, TokenToPiece) {
@@ -252,7 +288,7 @@ TEST(TokenizerTest, EncodeDecodeRoundTrips) {
 }
 
 TEST(TokenizerTest, ScoresAndTypesDefault) {
-  SpmVocab vocab;
+  Vocab vocab;
   vocab.pieces = {"<unk>", "<s>", "</s>", "\xE2\x96\x81", "x", "\xE2\x96\x81x"};
   StatusOr<Tokenizer> tok = Tokenizer::FromVocab(vocab);
   ASSERT_TRUE(tok.ok()) << tok.status().message();
@@ -262,19 +298,19 @@ TEST(TokenizerTest, ScoresAndTypesDefault) {
   EXPECT_EQ(tok->Encode("x", false), (std::vector<TokenId>{5}));
 }
 
-std::string FromVocabError(const SpmVocab& vocab) {
+std::string FromVocabError(const Vocab& vocab) {
   StatusOr<Tokenizer> tok = Tokenizer::FromVocab(vocab);
   return tok.ok() ? "" : tok.status().message();
 }
 
 TEST(TokenizerTest, FromVocabRejectsInvalidInput) {
-  SpmVocab good;
+  Vocab good;
   good.pieces = {"<unk>", "<s>", "</s>", "a"};
   ASSERT_EQ(FromVocabError(good), "");
 
-  EXPECT_NE(FromVocabError(SpmVocab{}), "");
+  EXPECT_NE(FromVocabError(Vocab{}), "");
 
-  SpmVocab bad = good;
+  Vocab bad = good;
   bad.scores = {0, 0};
   EXPECT_NE(FromVocabError(bad).find("scores"), std::string::npos);
 
@@ -291,8 +327,23 @@ TEST(TokenizerTest, FromVocabRejectsInvalidInput) {
   bad.bos = 4;
   EXPECT_NE(FromVocabError(bad).find("bos"), std::string::npos);
   bad = good;
-  bad.eos = -1;
+  bad.eos = -2;
   EXPECT_NE(FromVocabError(bad).find("eos"), std::string::npos);
+  // kNoToken means "none", which is fine unless the token is to be added.
+  bad = good;
+  bad.eos = kNoToken;
+  bad.unk = kNoToken;
+  EXPECT_EQ(FromVocabError(bad), "");
+  bad.add_eos = true;
+  EXPECT_NE(FromVocabError(bad).find("eos"), std::string::npos);
+  bad = good;
+  bad.bos = kNoToken;
+  EXPECT_NE(FromVocabError(bad).find("bos"), std::string::npos);
+  bad.add_bos = false;
+  EXPECT_EQ(FromVocabError(bad), "");
+  bad = good;
+  bad.eog = {4};
+  EXPECT_NE(FromVocabError(bad).find("end-of-generation"), std::string::npos);
   bad = good;
   bad.unk = 100;
   EXPECT_NE(FromVocabError(bad).find("unknown"), std::string::npos);
@@ -383,6 +434,21 @@ TEST(Utf8StreamerTest, ScanUtf8Classifies) {
   EXPECT_EQ(cut.length, 3u);
 }
 
+TEST(Utf8Test, DecodesAndEncodesCodePoints) {
+  for (char32_t cp : {U'\0', U'A', U'\x7F', U'\x80', U'\xE9', U'\u07FF', U'\u0800', U'\u4E2D',
+                      U'\uFFFD', U'\U00010000', U'\U0001F999', U'\U0010FFFF'}) {
+    std::string bytes;
+    AppendUtf8(cp, &bytes);
+    const Utf8Scan scan = ScanUtf8(bytes);
+    ASSERT_EQ(scan.kind, Utf8Scan::kValid) << static_cast<uint32_t>(cp);
+    EXPECT_EQ(scan.length, bytes.size());
+    EXPECT_EQ(DecodeUtf8(bytes, scan.length), cp);
+  }
+  std::string euro;
+  AppendUtf8(0x20AC, &euro);
+  EXPECT_EQ(euro, "\xE2\x82\xAC");
+}
+
 // --- FromGguf -------------------------------------------------------------------------------
 
 // Writes a GGUF v3 file with metadata only, for FromGguf.
@@ -453,7 +519,7 @@ class GgufWriter {
 // The HelloVocab as GGUF metadata, minus the keys a test wants to write itself.
 void WriteHelloVocab(GgufWriter& w, const HelloVocab& h, bool with_model = true,
                      bool with_tokens = true) {
-  const SpmVocab& v = h.vocab.vocab();
+  const Vocab& v = h.vocab.vocab();
   if (with_model) w.String("tokenizer.ggml.model", "llama");
   if (with_tokens) w.Strings("tokenizer.ggml.tokens", v.pieces);
   w.Floats("tokenizer.ggml.scores", v.scores);
@@ -516,12 +582,12 @@ TEST(TokenizerGgufTest, DefaultsWhenOptionalKeysAreAbsent) {
 TEST(TokenizerGgufTest, RejectsOtherTokenizerModels) {
   HelloVocab h;
   GgufWriter w;
-  w.String("tokenizer.ggml.model", "gpt2");
+  w.String("tokenizer.ggml.model", "rwkv");
   WriteHelloVocab(w, h, /*with_model=*/false);
   const std::string error = FromGgufError(w.Finish());
   EXPECT_NE(error.find("tokenizer.ggml.model"), std::string::npos) << error;
   EXPECT_NE(error.find("\"llama\""), std::string::npos) << error;
-  EXPECT_NE(error.find("gpt2"), std::string::npos) << error;
+  EXPECT_NE(error.find("rwkv"), std::string::npos) << error;
 }
 
 TEST(TokenizerGgufTest, ErrorsNameTheKey) {
@@ -568,6 +634,89 @@ TEST(TokenizerGgufTest, ErrorsNameTheKey) {
     const std::string error = FromGgufError(w.Finish());
     EXPECT_NE(error.find("tokenizer.ggml.tokens"), std::string::npos) << error;
   }
+}
+
+// A byte-level BPE vocabulary as GGUF metadata: the 256 byte characters, "Ġw" from its merge,
+// and the chat tokens of a Llama 3 vocabulary.
+void WriteByteLevelVocab(GgufWriter& w, bool with_merges = true) {
+  std::vector<std::string> pieces;
+  for (int b = 0; b < 256; ++b) {
+    std::string piece;
+    AppendByteEncoded(std::string(1, static_cast<char>(b)), &piece);
+    pieces.push_back(piece);
+  }
+  pieces.push_back("\xC4\xA0w");  // Ġw, id 256
+  pieces.push_back("<|begin_of_text|>");
+  pieces.push_back("<|end_of_text|>");
+  pieces.push_back("<|eot_id|>");
+  std::vector<int32_t> types(pieces.size(), static_cast<int32_t>(TokenType::kNormal));
+  types[257] = types[258] = types[259] = static_cast<int32_t>(TokenType::kControl);
+  w.String("tokenizer.ggml.model", "gpt2");
+  w.Strings("tokenizer.ggml.tokens", pieces);
+  w.Int32s("tokenizer.ggml.token_type", types);
+  if (with_merges) w.Strings("tokenizer.ggml.merges", {"\xC4\xA0 w"});
+  w.Uint32("tokenizer.ggml.bos_token_id", 257);
+  w.Uint32("tokenizer.ggml.eos_token_id", 258);
+}
+
+StatusOr<Tokenizer> LoadTokenizer(const std::string& bytes) {
+  StatusOr<gguf::GgufFile> file = gguf::GgufFile::Parse(bytes.data(), bytes.size());
+  if (!file.ok()) return file.status();
+  return Tokenizer::FromGguf(*file);
+}
+
+TEST(TokenizerGgufTest, LoadsAByteLevelBpeVocabulary) {
+  GgufWriter w;
+  WriteByteLevelVocab(w);
+  w.String("tokenizer.ggml.pre", "llama-bpe");
+  const std::string bytes = w.Finish();
+  StatusOr<Tokenizer> tok = LoadTokenizer(bytes);
+  ASSERT_TRUE(tok.ok()) << tok.status().message();
+  // Llama 3 adds BOS by default; its end-of-turn token ends generation besides eos.
+  EXPECT_TRUE(tok->add_bos());
+  EXPECT_EQ(tok->Encode("a w", true), (std::vector<TokenId>{257, 'a', 256}));
+  EXPECT_TRUE(tok->IsEog(258));
+  EXPECT_TRUE(tok->IsEog(259));
+  EXPECT_EQ(tok->Decode({257, 'a', 256, 259}), "a w");
+}
+
+TEST(TokenizerGgufTest, BpeDefaults) {
+  GgufWriter w;
+  WriteByteLevelVocab(w);
+  w.String("tokenizer.ggml.pre", "gpt-2");
+  w.Uint32("tokenizer.ggml.eot_token_id", 'x');
+  const std::string bytes = w.Finish();
+  StatusOr<Tokenizer> tok = LoadTokenizer(bytes);
+  ASSERT_TRUE(tok.ok()) << tok.status().message();
+  EXPECT_FALSE(tok->add_bos());
+  EXPECT_EQ(tok->Encode("a w", true), (std::vector<TokenId>{'a', 256}));
+  EXPECT_TRUE(tok->IsEog('x'));
+}
+
+TEST(TokenizerGgufTest, PreTokenizerFallbacks) {
+  // Unknown names get GPT-2's pattern; a missing key llama.cpp's default (which splits
+  // punctuation off first).
+  GgufWriter unknown;
+  WriteByteLevelVocab(unknown);
+  unknown.String("tokenizer.ggml.pre", "some-future-model");
+  const std::string unknown_bytes = unknown.Finish();
+  StatusOr<Tokenizer> gpt2 = LoadTokenizer(unknown_bytes);
+  ASSERT_TRUE(gpt2.ok()) << gpt2.status().message();
+  EXPECT_EQ(gpt2->Encode("a w", false), (std::vector<TokenId>{'a', 256}));
+
+  GgufWriter missing;
+  WriteByteLevelVocab(missing);
+  const std::string missing_bytes = missing.Finish();
+  StatusOr<Tokenizer> by_default = LoadTokenizer(missing_bytes);
+  ASSERT_TRUE(by_default.ok()) << by_default.status().message();
+  EXPECT_EQ(by_default->Encode("a w", false), (std::vector<TokenId>{'a', 256}));
+}
+
+TEST(TokenizerGgufTest, BpeNeedsMerges) {
+  GgufWriter w;
+  WriteByteLevelVocab(w, /*with_merges=*/false);
+  const std::string error = FromGgufError(w.Finish());
+  EXPECT_NE(error.find("tokenizer.ggml.merges"), std::string::npos) << error;
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
+#include "tokenizer/utf8.h"
+
 #include <cstdint>
 #include <string>
 #include <string_view>
-
-#include "tokenizer/tokenizer.h"
 
 namespace kvllm {
 namespace {
@@ -48,6 +48,33 @@ Utf8Scan ScanUtf8(std::string_view bytes) {
     if (byte < lo || byte > hi) return {Utf8Scan::kInvalid, i};
   }
   return {Utf8Scan::kValid, length};
+}
+
+char32_t DecodeUtf8(std::string_view bytes, size_t length) {
+  const auto lead = static_cast<uint8_t>(bytes[0]);
+  if (length == 1) return lead;
+  // The lead keeps 7 - length payload bits; each continuation byte adds 6.
+  char32_t cp = lead & (0x7F >> length);
+  for (size_t i = 1; i < length; ++i) cp = (cp << 6) | (static_cast<uint8_t>(bytes[i]) & 0x3F);
+  return cp;
+}
+
+void AppendUtf8(char32_t cp, std::string* out) {
+  if (cp < 0x80) {
+    out->push_back(static_cast<char>(cp));
+  } else if (cp < 0x800) {
+    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else if (cp < 0x10000) {
+    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else {
+    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  }
 }
 
 std::string Utf8Streamer::Push(std::string_view piece) {
