@@ -54,15 +54,15 @@ class ChatSession {
     int32_t reused = 0;
     Status status;
     if (extends) {
-      const std::vector<int32_t> delta =
-          tok_.Encode(full.substr(cached_text_.size()), /*add_special=*/false);
+      const std::vector<int32_t> delta = tok_.Encode(full.substr(cached_text_.size()),
+                                                     /*add_special=*/false, /*parse_special=*/true);
       reused = flags_.no_kv_reuse ? 0 : engine_.Get(*seq_).n_cached;
       status = engine_.Continue(*seq_, delta, flags_.n_predict, !flags_.no_kv_reuse);
     } else {
       if (seq_) engine_.Release(*seq_);
       seq_.reset();
       Request req;
-      req.prompt = tok_.Encode(full, /*add_special=*/true);
+      req.prompt = tok_.Encode(full, /*add_special=*/true, /*parse_special=*/true);
       req.params = Params();
       auto id = engine_.Add(std::move(req));
       if (id.ok()) seq_ = *id;
@@ -120,7 +120,7 @@ class ChatSession {
   GenerationParams Params() const {
     GenerationParams p;
     p.max_tokens = flags_.n_predict;
-    p.stop_tokens = {tok_.eos()};
+    p.stop_tokens = EndOfGenerationTokens(tok_);
     p.sampling.temperature = flags_.temp;
     p.sampling.top_k = flags_.top_k;
     p.sampling.top_p = flags_.top_p;

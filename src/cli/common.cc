@@ -109,6 +109,14 @@ StatusOr<EngineOptions> EngineFlags::ToOptions(const Model& model) const {
   return o;
 }
 
+std::vector<int32_t> EndOfGenerationTokens(const Tokenizer& tok) {
+  std::vector<int32_t> ids;
+  for (int32_t id = 0; id < tok.vocab_size(); ++id) {
+    if (tok.IsEog(id)) ids.push_back(id);
+  }
+  return ids;
+}
+
 void RewriteLlamaShortFlags(int argc, char** argv, std::vector<std::string>* args) {
   args->clear();
   for (int i = 0; i < argc; ++i) {

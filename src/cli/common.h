@@ -46,6 +46,10 @@ struct EngineFlags {
 // CLI11 can parse.
 void RewriteLlamaShortFlags(int argc, char** argv, std::vector<std::string>* args);
 
+// Every token that ends generation (EOS, <|eot_id|>, <|im_end|>, ...): the stop list of
+// run and chat.
+std::vector<int32_t> EndOfGenerationTokens(const Tokenizer& tok);
+
 std::string FormatBytes(double bytes);   // "1.50 MiB"
 StatusOr<uint64_t> ParseBytes(const std::string& text);  // "512M", "2G", "1.5GiB", "1000"
 std::string WithCommas(uint64_t value);  // "524,288"

@@ -72,7 +72,7 @@ int Run(const RunFlags& f) {
   req.params.sampling.repeat_last_n = f.repeat_last_n;
   req.params.sampling.seed =
       f.seed < 0 ? SamplingParams::kRandomSeed : static_cast<uint64_t>(f.seed);
-  if (!f.ignore_eos) req.params.stop_tokens = {tok.eos()};
+  if (!f.ignore_eos) req.params.stop_tokens = EndOfGenerationTokens(tok);
   auto seq = (*engine)->Add(std::move(req));
   if (!seq.ok()) {
     std::fprintf(stderr, "kvllm run: %s\n", seq.status().message().c_str());
