@@ -3,9 +3,8 @@
 PY        := /usr/bin/python3
 BUILD     := build
 KVLLM     := $(BUILD)/kvllm
-# Until the bundled trained model lands, `make run` uses a random-weight model of llama2.c's
-# stories15M shape written by tools/make_model.py: the text it prints is noise.
-DEMO_MODEL := $(BUILD)/models/stories15m-random-q8_0.gguf
+# The bundled model: a 4.9M-parameter Llama trained on Jane Austen's novels (models/README.md).
+MODEL     := models/kvllm-prose.gguf
 JOBS      ?= $(shell nproc)
 
 .PHONY: deps build run test test-asan bench clean
@@ -17,12 +16,8 @@ build: deps
 	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
-$(DEMO_MODEL): tools/make_model.py tools/gguf.py
-	@mkdir -p $(dir $@)
-	@$(PY) tools/make_model.py --preset stories15m --type q8_0 --seed 1 --out $@
-
-run: build $(DEMO_MODEL)
-	$(KVLLM) run -m $(DEMO_MODEL) -p "Once upon a time" -n 64 --seed 42
+run: build
+	$(KVLLM) run -m $(MODEL) -p "It is a truth universally acknowledged" -n 100 --seed 42
 
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

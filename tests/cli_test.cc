@@ -176,20 +176,25 @@ int ReusedTokens(const std::string& stats_line) {
   return std::stoi(stats_line.substr(std::string("[reused ").size()));
 }
 
+// Greedy with f32 KV: reusing the cache and re-prefilling the history give the same replies.
 TEST(CliTest, ChatReusesTheKvOfEarlierTurnsAndMatchesFullReprefill) {
-  const std::string cmd = "printf 'Hello\\nWho are you?\\n' | " + Kvllm() + " chat -m " + Tiny() +
-                          " --temp 0 -n 12 -ctk f32 -ctv f32";
-  std::string reuse_out, reuse_err, full_out, full_err;
-  ASSERT_EQ(RunCommand(cmd, &reuse_out, &reuse_err), 0) << reuse_err;
-  ASSERT_EQ(RunCommand(cmd + " --no-kv-reuse", &full_out, &full_err), 0) << full_err;
-  const auto reuse_stats = LinesStartingWith(reuse_err, "[reused ");
-  const auto full_stats = LinesStartingWith(full_err, "[reused ");
-  ASSERT_EQ(reuse_stats.size(), 2u) << reuse_err;
-  ASSERT_EQ(full_stats.size(), 2u) << full_err;
-  EXPECT_EQ(ReusedTokens(reuse_stats[0]), 0);
-  EXPECT_GT(ReusedTokens(reuse_stats[1]), 10) << reuse_stats[1];
-  EXPECT_EQ(ReusedTokens(full_stats[1]), 0) << full_stats[1];
-  EXPECT_EQ(reuse_out, full_out);  // the same replies, turn by turn
+  for (const std::string& model : {Tiny(), testing::SourceDir() + "/models/kvllm-prose.gguf"}) {
+    SCOPED_TRACE(model);
+    const std::string cmd = "printf 'Hello\\nWho are you?\\n' | " + Kvllm() + " chat -m " + model +
+                            " --temp 0 -n 24 -ctk f32 -ctv f32";
+    std::string reuse_out, reuse_err, full_out, full_err;
+    ASSERT_EQ(RunCommand(cmd, &reuse_out, &reuse_err), 0) << reuse_err;
+    ASSERT_EQ(RunCommand(cmd + " --no-kv-reuse", &full_out, &full_err), 0) << full_err;
+    const auto reuse_stats = LinesStartingWith(reuse_err, "[reused ");
+    const auto full_stats = LinesStartingWith(full_err, "[reused ");
+    ASSERT_EQ(reuse_stats.size(), 2u) << reuse_err;
+    ASSERT_EQ(full_stats.size(), 2u) << full_err;
+    EXPECT_EQ(ReusedTokens(reuse_stats[0]), 0);
+    EXPECT_GT(ReusedTokens(reuse_stats[1]), 10) << reuse_stats[1];
+    EXPECT_EQ(ReusedTokens(full_stats[1]), 0) << full_stats[1];
+    EXPECT_EQ(reuse_out, full_out);  // the same replies, turn by turn
+    EXPECT_GT(reuse_out.size(), 20u);
+  }
 }
 
 TEST(CliTest, ChatResetStartsOver) {
