@@ -26,9 +26,11 @@ void EngineFlags::Register(CLI::App* app) {
                   "KV cache size in tokens (default: the model's context length, capped by "
                   "available memory)");
   app->add_option("-t,--threads", threads, "threads (default: one per CPU)");
-  app->add_option("--cache-type-k", cache_type_k, "K cache format (-ctk): f32, f16, bf16, q8_0, q4_0")
+  app->add_option("--cache-type-k", cache_type_k,
+                  std::string("K cache format (-ctk): ") + KVFormatNames())
       ->capture_default_str();
-  app->add_option("--cache-type-v", cache_type_v, "V cache format (-ctv): f32, f16, bf16, q8_0, q4_0")
+  app->add_option("--cache-type-v", cache_type_v,
+                  std::string("V cache format (-ctv): ") + KVFormatNames())
       ->capture_default_str();
   app->add_option("--block-size", block_size, "tokens per KV block")->capture_default_str();
   app->add_flag("--no-kv-cache", no_kv_cache,
@@ -46,12 +48,12 @@ void EngineFlags::Register(CLI::App* app) {
 StatusOr<EngineOptions> EngineFlags::ToOptions(const Model& model) const {
   EngineOptions o;
   for (auto [name, out] : {std::pair{&cache_type_k, &o.k_type}, std::pair{&cache_type_v, &o.v_type}}) {
-    std::optional<DType> t = DTypeFromName(*name);
-    if (!t) {
-      return Status::Error("unsupported KV cache type '" + *name +
-                           "' (supported: f32, f16, bf16, q8_0, q4_0)");
+    std::optional<KVFormat> f = KVFormat::FromName(*name);
+    if (!f) {
+      return Status::Error("unsupported KV cache type '" + *name + "' (supported: " +
+                           KVFormatNames() + ")");
     }
-    *out = *t;
+    *out = *f;
   }
   if (block_size <= 0 || block_size > 4096) {
     return Status::Error("--block-size must be between 1 and 4096");
@@ -87,7 +89,7 @@ StatusOr<EngineOptions> EngineFlags::ToOptions(const Model& model) const {
   if (limit > 0 && pool_bytes(o.ctx_size) > limit) {
     const uint64_t fit = limit / layout.bytes_per_block() * o.block_size;
     std::string msg = "a KV cache of " + WithCommas(o.ctx_size) + " tokens in " +
-                      DTypeName(o.k_type) + "/" + DTypeName(o.v_type) + " needs " +
+                      o.k_type.name() + "/" + o.v_type.name() + " needs " +
                       FormatBytes(static_cast<double>(pool_bytes(o.ctx_size))) + " but " +
                       (budget > 0 ? "--kv-mem allows " : "only ") +
                       FormatBytes(static_cast<double>(limit)) +

@@ -1,15 +1,20 @@
 // `kvllm kv-size`: what the KV cache costs, exactly, for a model (from its GGUF file or a
 // preset shape) in every format: bytes per token and per block, and for a given context,
 // batch and sliding window. The numbers come from KVLayout, the same code that sizes the
-// engine's pool, so they agree with what `kvllm run` allocates to the byte.
+// engine's pool, so they agree with what `kvllm run` allocates to the byte. A KIVI K (k4, k2)
+// also keeps one block of f16 K per sequence outside the pool while that block fills; it is
+// listed as staging and counted in the totals.
 #include <cstdio>
 #include <iostream>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "gguf/gguf_file.h"
+#include "kv/kv_format.h"
 #include "kv/kv_layout.h"
 #include "model/model_config.h"
 
@@ -47,6 +52,21 @@ int64_t BlocksPerSequence(int64_t tokens, int32_t bs, int32_t window, int32_t si
     blocks = std::min<int64_t>(blocks, (sinks + bs - 1) / bs + (window + bs - 1) / bs + 1);
   }
   return blocks;
+}
+
+// Bytes per token of a block: exact, an integer unless a KIVI K's per-block scales do not
+// divide evenly over the block.
+nlohmann::json PerToken(size_t bytes_per_block, int32_t block_size) {
+  if (bytes_per_block % block_size == 0) return bytes_per_block / block_size;
+  return static_cast<double>(bytes_per_block) / block_size;
+}
+
+std::string PerTokenText(size_t bytes_per_block, int32_t block_size) {
+  if (bytes_per_block % block_size == 0) return WithCommas(bytes_per_block / block_size);
+  const uint64_t hundredths = (uint64_t{bytes_per_block} * 100 + block_size / 2) / block_size;
+  char cents[8];
+  std::snprintf(cents, sizeof(cents), ".%02u", static_cast<unsigned>(hundredths % 100));
+  return WithCommas(hundredths / 100) + cents;
 }
 
 int KvSize(KvSizeFlags f) {
@@ -99,6 +119,11 @@ int KvSize(KvSizeFlags f) {
     return 1;
   }
 
+  // K = V for every format valid in both roles, and the rotated K with its plain V.
+  std::vector<std::pair<KVFormat, KVFormat>> pairs;
+  for (KVFormat fmt : KVFormat::All()) {
+    pairs.emplace_back(fmt, fmt.rotated() ? KVFormat(fmt.row_type()) : fmt);
+  }
   nlohmann::json rows = nlohmann::json::array();
   if (!f.json) {
     std::printf("%s: %d layers, %d KV heads, head_dim %d; block %d tokens; batch %d%s\n\n",
@@ -107,43 +132,77 @@ int KvSize(KvSizeFlags f) {
                 f.window > 0 ? (", window " + std::to_string(f.window) + " + " +
                                 std::to_string(f.sinks) + " sinks").c_str()
                              : "");
-    std::printf("| K / V       | bytes/token | bytes/block |");
+    std::printf("| K / V         | bytes/token | bytes/block | staging/seq |");
     for (int64_t c : f.contexts) std::printf(" %8lld tokens |", static_cast<long long>(c));
-    std::printf("\n|-------------|------------:|------------:|");
+    std::printf("\n|---------------|------------:|------------:|------------:|");
     for (size_t i = 0; i < f.contexts.size(); ++i) std::printf("----------------:|");
     std::printf("\n");
   }
-  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
-    auto layout = KVLayout::Make(f.shape, f.block_size, t, t);
+  for (auto [kf, vf] : pairs) {
+    auto layout = KVLayout::Make(f.shape, f.block_size, kf, vf);
     if (!layout.ok()) continue;  // e.g. head_dim not a multiple of 32 for q8_0
-    nlohmann::json row{{"k_type", DTypeName(t)}, {"v_type", DTypeName(t)},
-                       {"bytes_per_token", layout->bytes_per_token()},
-                       {"bytes_per_block", layout->bytes_per_block()}};
+    const size_t staging = layout->staging_bytes_per_sequence();
+    nlohmann::json row{{"k_type", kf.name()},
+                       {"v_type", vf.name()},
+                       {"bytes_per_token", PerToken(layout->bytes_per_block(), f.block_size)},
+                       {"bytes_per_block", layout->bytes_per_block()},
+                       {"staging_bytes_per_sequence", staging}};
     if (!f.json) {
-      const std::string pair = std::string(DTypeName(t)) + " / " + DTypeName(t);
-      std::printf("| %-11s | %11s | %11s |", pair.c_str(),
-                  WithCommas(layout->bytes_per_token()).c_str(),
-                  WithCommas(layout->bytes_per_block()).c_str());
+      const std::string pair = std::string(kf.name()) + " / " + vf.name();
+      std::printf("| %-13s | %11s | %11s | %11s |", pair.c_str(),
+                  PerTokenText(layout->bytes_per_block(), f.block_size).c_str(),
+                  WithCommas(layout->bytes_per_block()).c_str(),
+                  staging > 0 ? FormatBytes(static_cast<double>(staging)).c_str() : "-");
     }
     for (int64_t c : f.contexts) {
       const uint64_t bytes = static_cast<uint64_t>(BlocksPerSequence(c, f.block_size, f.window, f.sinks)) *
                              layout->bytes_per_block() * f.batch;
-      row["contexts"].push_back({{"tokens", c}, {"bytes", bytes}});
-      if (!f.json) std::printf(" %15s |", FormatBytes(static_cast<double>(bytes)).c_str());
+      const uint64_t staged = static_cast<uint64_t>(staging) * f.batch;
+      row["contexts"].push_back(
+          {{"tokens", c}, {"bytes", bytes}, {"staging_bytes", staged}, {"total_bytes", bytes + staged}});
+      if (!f.json) std::printf(" %15s |", FormatBytes(static_cast<double>(bytes + staged)).c_str());
     }
     rows.push_back(row);
     if (!f.json) std::printf("\n");
+  }
+
+  // Each format alone, as K and as V, so that any pair's cost is the sum of its two halves.
+  nlohmann::json halves = nlohmann::json::array();
+  if (!f.json) {
+    std::printf("\n| format | K bytes/token | V bytes/token |\n"
+                "|--------|--------------:|--------------:|\n");
+  }
+  for (KVFormat fmt : KVFormat::All()) {
+    nlohmann::json half{{"format", fmt.name()}};
+    std::string text[2];
+    for (KVRole role : {KVRole::kK, KVRole::kV}) {
+      const char* key = role == KVRole::kK ? "k_bytes_per_token" : "v_bytes_per_token";
+      std::string& cell = text[role == KVRole::kK ? 0 : 1];
+      if (!fmt.Validate(role, f.shape.head_dim).ok()) {
+        half[key] = nullptr;
+        cell = "-";
+        continue;
+      }
+      const size_t per_block = static_cast<size_t>(f.shape.n_layer) * f.shape.n_kv_head *
+                               fmt.HeadBytesPerBlock(role, f.block_size, f.shape.head_dim);
+      half[key] = PerToken(per_block, f.block_size);
+      cell = PerTokenText(per_block, f.block_size);
+    }
+    halves.push_back(half);
+    if (!f.json) std::printf("| %-6s | %13s | %13s |\n", fmt.name(), text[0].c_str(), text[1].c_str());
   }
   if (f.json) {
     std::cout << nlohmann::json{{"source", what}, {"n_layer", f.shape.n_layer},
                                 {"n_kv_head", f.shape.n_kv_head}, {"head_dim", f.shape.head_dim},
                                 {"block_size", f.block_size}, {"batch", f.batch},
                                 {"window", f.window}, {"sinks", f.window > 0 ? f.sinks : 0},
-                                {"formats", rows}}
+                                {"formats", rows}, {"per_format", halves}}
                      .dump(2)
               << std::endl;
   } else {
-    std::printf("\nTotals hold whole blocks: ceil(context / block) blocks per sequence%s.\n",
+    std::printf("\nTotals hold whole blocks: ceil(context / block) blocks per sequence%s, plus "
+                "each sequence's staging (k4, k2 K: one block of f16 K while it fills). "
+                "q4_0r is a K format (Hadamard-rotated q4_0).\n",
                 f.window > 0 ? ", at most ceil(sinks/block) + ceil(window/block) + 1 with the window"
                              : "");
   }

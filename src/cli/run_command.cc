@@ -121,8 +121,8 @@ int Run(const RunFlags& f) {
     j["prefill_tokens_per_s"] = prefill_tps;
     j["decode_tokens_per_s"] = decode_tps;
     j["kv_cache"] = opts->kv_cache;
-    j["cache_type_k"] = DTypeName(lay.k_type());
-    j["cache_type_v"] = DTypeName(lay.v_type());
+    j["cache_type_k"] = lay.k_format().name();
+    j["cache_type_v"] = lay.v_format().name();
     j["block_size"] = lay.block_size();
     j["kv_bytes_per_token"] = kv.bytes_per_token;
     j["kv_bytes_used"] = kv.bytes_used;
@@ -154,7 +154,7 @@ int Run(const RunFlags& f) {
   std::fprintf(stderr,
                "kv cache: K %s / V %s, %s bytes per token, block %d tokens; %d of %d blocks in "
                "use (%s of %s; peak %d), %lld tokens stored, fragmentation %.1f%%\n",
-               DTypeName(lay.k_type()), DTypeName(lay.v_type()),
+               lay.k_format().name(), lay.v_format().name(),
                WithCommas(kv.bytes_per_token).c_str(), lay.block_size(), kv.blocks_used,
                kv.blocks_total, FormatBytes(kv.bytes_used).c_str(),
                FormatBytes(kv.bytes_allocated).c_str(), peak_blocks,

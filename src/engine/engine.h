@@ -18,8 +18,8 @@
 #include "base/status.h"
 #include "engine/request.h"
 #include "kv/kv_cache.h"
+#include "kv/kv_format.h"
 #include "model/model.h"
-#include "tensor/dtype.h"
 #include "tensor/thread_pool.h"
 
 namespace kvllm {
@@ -27,8 +27,8 @@ namespace kvllm {
 struct EngineOptions {
   int32_t ctx_size = 0;      // token capacity of the KV pool; 0: the model's context length
   int32_t block_size = 16;   // tokens per KV block
-  DType k_type = DType::kF16;
-  DType v_type = DType::kF16;
+  KVFormat k_type = DType::kF16;  // formats of the K and V cache (kv/kv_format.h)
+  KVFormat v_type = DType::kF16;
   int32_t n_threads = 0;     // 0: one per CPU
   bool kv_cache = true;      // false: recompute every step (baseline)
   // Sliding window with attention sinks (see KVWindow); 0 uses the model's own sliding window

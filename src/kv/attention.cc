@@ -5,78 +5,190 @@
 #include <limits>
 #include <vector>
 
+#include "kv/hadamard.h"
+#include "kv/kivi.h"
 #include "tensor/kernels.h"
 
 namespace kvllm {
+namespace {
 
-int64_t AttentionScratchFloats(int32_t n_group, int32_t block_size) {
-  // scores [n_group][block_size] + running max and sum [2][n_group]
-  return int64_t{n_group} * block_size + 2 * int64_t{n_group};
+// AttendGroup's scratch, carved from one buffer of ScratchFloats floats.
+struct Scratch {
+  float* scores;      // [n_group][block_size]
+  float* run_max;     // [n_group]
+  float* run_sum;     // [n_group]
+  float* q_rot;       // [n_group][head_dim] the span's query, rotated (q4_0r)
+  float* q_scale;     // [n_group][head_dim] q · a KIVI block's channel scales
+  float* q_min;       // [n_group] q · the block's channel minima
+  float* chan_scale;  // [head_dim]
+  float* chan_min;    // [head_dim]
+  // [block_size][head_dim] a KIVI block's K codes or V rows as floats, all unpacked before
+  // any is read (reading a row right after writing it stalls on store forwarding)
+  float* rows;
+
+  Scratch(float* p, int32_t n_group, int32_t block_size, int32_t head_dim) {
+    const int64_t g = n_group, d = head_dim;
+    scores = p;
+    run_max = scores + g * block_size;
+    run_sum = run_max + g;
+    q_rot = run_sum + g;
+    q_scale = q_rot + g * d;
+    q_min = q_scale + g * d;
+    chan_scale = q_min + g;
+    chan_min = chan_scale + d;
+    rows = chan_min + d;
+  }
+};
+
+int64_t ScratchFloats(int32_t n_group, int32_t block_size, int32_t head_dim) {
+  const int64_t g = n_group, d = head_dim;
+  return g * block_size + 2 * g + 2 * g * d + g + 2 * d + int64_t{block_size} * d;
+}
+
+// Where one block's K of the attended head is read from, for slots [slot0, slot0 + n).
+struct KBlock {
+  const uint8_t* data;    // the block in the pool
+  const uint16_t* rows;   // [block_size][head_dim] f16 when the block is staged, else nullptr
+};
+
+// scores[g][j] = q_g · k_{slot0 + j} for j < n (unscaled).
+void KScores(const AttentionArgs& a, const KBlock& kb, int32_t slot0, int32_t n, const float* q,
+             Scratch& s) {
+  const KernelSet& kern = Kernels();
+  const KVLayout& lay = a.kv->layout();
+  const KVFormat f = lay.k_format();
+  const int32_t bs = lay.block_size(), d = lay.shape().head_dim;
+  if (kb.rows != nullptr) {
+    for (int32_t j = 0; j < n; ++j) {
+      const uint16_t* krow = kb.rows + int64_t{slot0 + j} * d;
+      for (int32_t g = 0; g < a.n_group; ++g) {
+        s.scores[g * bs + j] = kern.dot(DType::kF16, krow, q + int64_t{g} * d, d);
+      }
+    }
+    return;
+  }
+  if (f.is_kivi()) {
+    const uint8_t* tile = kb.data + lay.KHeadOffset(a.layer, a.kv_head);
+    kivi::KTileChannels(tile, d, s.chan_scale, s.chan_min);
+    for (int32_t g = 0; g < a.n_group; ++g) {
+      const float* qg = q + int64_t{g} * d;
+      float* qs = s.q_scale + int64_t{g} * d;
+      for (int32_t i = 0; i < d; ++i) qs[i] = qg[i] * s.chan_scale[i];
+      s.q_min[g] = kern.dot_f32(qg, s.chan_min, d);
+    }
+    for (int32_t j = 0; j < n; ++j) {
+      kivi::UnpackCodes(f.bits(), tile + kivi::KCodesOffset(f.bits(), d, slot0 + j),
+                        s.rows + int64_t{j} * d, d);
+    }
+    for (int32_t j = 0; j < n; ++j) {
+      for (int32_t g = 0; g < a.n_group; ++g) {
+        s.scores[g * bs + j] =
+            kern.dot_f32(s.q_scale + int64_t{g} * d, s.rows + int64_t{j} * d, d) + s.q_min[g];
+      }
+    }
+    return;
+  }
+  for (int32_t j = 0; j < n; ++j) {
+    const uint8_t* krow = kb.data + lay.KRowOffset(a.layer, a.kv_head, slot0 + j);
+    for (int32_t g = 0; g < a.n_group; ++g) {
+      s.scores[g * bs + j] = kern.dot(f.row_type(), krow, q + int64_t{g} * d, d);
+    }
+  }
+}
+
+// out[g] += Σ_j p[g][j] · v_{slot0 + j}, with p in s.scores.
+void AddValues(const AttentionArgs& a, const uint8_t* block, int32_t slot0, int32_t n,
+               float* out, Scratch& s) {
+  const KernelSet& kern = Kernels();
+  const KVLayout& lay = a.kv->layout();
+  const KVFormat f = lay.v_format();
+  const int32_t bs = lay.block_size(), d = lay.shape().head_dim;
+  if (f.is_kivi()) {
+    for (int32_t j = 0; j < n; ++j) {
+      kivi::DequantizeVRow(f.bits(), block + lay.VRowOffset(a.layer, a.kv_head, slot0 + j),
+                           s.rows + int64_t{j} * d, d);
+    }
+    for (int32_t j = 0; j < n; ++j) {
+      for (int32_t g = 0; g < a.n_group; ++g) {
+        kern.axpy(DType::kF32, s.rows + int64_t{j} * d, s.scores[g * bs + j],
+                  out + int64_t{g} * d, d);
+      }
+    }
+    return;
+  }
+  for (int32_t j = 0; j < n; ++j) {
+    const uint8_t* vrow = block + lay.VRowOffset(a.layer, a.kv_head, slot0 + j);
+    for (int32_t g = 0; g < a.n_group; ++g) {
+      kern.axpy(f.row_type(), vrow, s.scores[g * bs + j], out + int64_t{g} * d, d);
+    }
+  }
+}
+
+}  // namespace
+
+int64_t AttentionScratchFloats(const KVLayout& layout, int32_t n_group) {
+  return ScratchFloats(n_group, layout.block_size(), layout.shape().head_dim);
 }
 
 void AttendGroup(const AttentionArgs& a, float* out, float* scratch) {
-  const KernelSet& k = Kernels();
   const KVLayout& lay = a.kv->layout();
   const int32_t bs = lay.block_size();
   const int32_t d = lay.shape().head_dim;
-  const DType kt = lay.k_type(), vt = lay.v_type();
-  float* scores = scratch;                             // [n_group][bs]
-  float* run_max = scratch + int64_t{a.n_group} * bs;  // [n_group]
-  float* run_sum = run_max + a.n_group;                // [n_group]
-  std::fill(run_max, run_max + a.n_group, -std::numeric_limits<float>::infinity());
-  std::fill(run_sum, run_sum + a.n_group, 0.0f);
+  const BlockTable& table = a.kv->Table(a.seq);
+  const KVCache::StagedK staged = a.kv->Staged(a.seq, a.layer);
+  Scratch s(scratch, a.n_group, bs, d);
+  std::fill(s.run_max, s.run_max + a.n_group, -std::numeric_limits<float>::infinity());
+  std::fill(s.run_sum, s.run_sum + a.n_group, 0.0f);
   std::fill(out, out + int64_t{a.n_group} * d, 0.0f);
 
   for (int32_t sp = 0; sp < a.n_spans; ++sp) {
     const AttentionSpan& span = a.spans[sp];
+    const float* q = span.q;
+    if (lay.k_format().rotated()) {
+      std::copy(q, q + int64_t{a.n_group} * d, s.q_rot);
+      for (int32_t g = 0; g < a.n_group; ++g) HadamardRotate(s.q_rot + int64_t{g} * d, d);
+      q = s.q_rot;
+    }
     // Visit the span block by block: slots [idx, idx + n) lie in one block.
     for (int32_t idx = span.begin; idx < span.end;) {
       const int32_t slot0 = idx % bs;
       const int32_t n = std::min(bs - slot0, span.end - idx);
-      const uint8_t* block = a.kv->BlockData(a.table->blocks[idx / bs]);
-      for (int32_t j = 0; j < n; ++j) {
-        const void* krow = block + lay.KRowOffset(a.layer, a.kv_head, slot0 + j);
-        for (int32_t g = 0; g < a.n_group; ++g) {
-          scores[g * bs + j] = k.dot(kt, krow, span.q + int64_t{g} * d, d) * a.scale;
-        }
+      const uint8_t* block = a.kv->BlockData(table.blocks[idx / bs]);
+      KBlock kb{block, nullptr};
+      if (idx / bs == staged.block_idx) {
+        kb.rows = staged.rows + int64_t{a.kv_head} * bs * d;
       }
+      KScores(a, kb, slot0, n, q, s);
       for (int32_t g = 0; g < a.n_group; ++g) {
-        float* s = scores + g * bs;
-        const float m_new = std::max(run_max[g], *std::max_element(s, s + n));
-        const float correction = std::exp(run_max[g] - m_new);  // 0 on the first block
+        float* sc = s.scores + g * bs;
+        for (int32_t j = 0; j < n; ++j) sc[j] *= a.scale;
+        const float m_new = std::max(s.run_max[g], *std::max_element(sc, sc + n));
+        const float correction = std::exp(s.run_max[g] - m_new);  // 0 on the first block
         float* acc = out + int64_t{g} * d;
         if (correction != 1.0f) {
           for (int32_t i = 0; i < d; ++i) acc[i] *= correction;
         }
-        float sum = run_sum[g] * correction;
+        float sum = s.run_sum[g] * correction;
         for (int32_t j = 0; j < n; ++j) {
-          s[j] = std::exp(s[j] - m_new);
-          sum += s[j];
+          sc[j] = std::exp(sc[j] - m_new);
+          sum += sc[j];
         }
-        run_max[g] = m_new;
-        run_sum[g] = sum;
+        s.run_max[g] = m_new;
+        s.run_sum[g] = sum;
       }
-      for (int32_t j = 0; j < n; ++j) {
-        const void* vrow = block + lay.VRowOffset(a.layer, a.kv_head, slot0 + j);
-        for (int32_t g = 0; g < a.n_group; ++g) {
-          k.axpy(vt, vrow, scores[g * bs + j], out + int64_t{g} * d, d);
-        }
-      }
+      AddValues(a, block, slot0, n, out, s);
       idx += n;
     }
   }
   for (int32_t g = 0; g < a.n_group; ++g) {
-    const float inv = run_sum[g] > 0 ? 1.0f / run_sum[g] : 0.0f;
+    const float inv = s.run_sum[g] > 0 ? 1.0f / s.run_sum[g] : 0.0f;
     float* acc = out + int64_t{g} * d;
     for (int32_t i = 0; i < d; ++i) acc[i] *= inv;
   }
 }
 
 void AttendGroup_ref(const AttentionArgs& a, float* out) {
-  const KernelSet& ref = ReferenceKernels();
-  const KVLayout& lay = a.kv->layout();
-  const int32_t bs = lay.block_size();
-  const int32_t d = lay.shape().head_dim;
+  const int32_t d = a.kv->layout().shape().head_dim;
   std::vector<float> row(d);
   for (int32_t g = 0; g < a.n_group; ++g) {
     std::vector<double> s;
@@ -84,9 +196,7 @@ void AttendGroup_ref(const AttentionArgs& a, float* out) {
     for (int32_t sp = 0; sp < a.n_spans; ++sp) {
       const float* qg = a.spans[sp].q + int64_t{g} * d;
       for (int32_t j = a.spans[sp].begin; j < a.spans[sp].end; ++j) {
-        const uint8_t* block = a.kv->BlockData(a.table->blocks[j / bs]);
-        ref.dequantize(lay.k_type(), block + lay.KRowOffset(a.layer, a.kv_head, j % bs),
-                       row.data(), d);
+        a.kv->ReadK(a.seq, a.layer, a.kv_head, j, row.data());
         double dot = 0;
         for (int32_t i = 0; i < d; ++i) dot += double{qg[i]} * row[i];
         s.push_back(dot * a.scale);
@@ -98,9 +208,7 @@ void AttendGroup_ref(const AttentionArgs& a, float* out) {
     for (double& x : s) sum += (x = std::exp(x - m));
     std::vector<double> acc(d, 0.0);
     for (size_t j = 0; j < slots.size(); ++j) {
-      const uint8_t* block = a.kv->BlockData(a.table->blocks[slots[j] / bs]);
-      ref.dequantize(lay.v_type(), block + lay.VRowOffset(a.layer, a.kv_head, slots[j] % bs),
-                     row.data(), d);
+      a.kv->ReadV(a.seq, a.layer, a.kv_head, slots[j], row.data());
       for (int32_t i = 0; i < d; ++i) acc[i] += s[j] / sum * row[i];
     }
     for (int32_t i = 0; i < d; ++i) out[int64_t{g} * d + i] = static_cast<float>(acc[i]);

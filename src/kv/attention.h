@@ -11,6 +11,15 @@
 // whole past normally; with a sliding window, the attention sinks and the window (see
 // KVWindow), where the sinks are read with the query rotated so that they sit just before
 // the window (StreamingLLM positions).
+//
+// How each K format is read (kv_format.h), per block:
+//   row formats   s_j = dot(row_j, q)                 (tensor kernels, in the stored DType)
+//   q4_0r         the same with q rotated first (R q)·(R k_j) = q·k_j, once per span
+//   KIVI, staged  s_j = dot(f16 row_j, q)             (the block the query sits in, see KVCache)
+//   KIVI, sealed  s_j = Σ_d (q_d·scale_d)·code_jd + Σ_d q_d·min_d: q·scale and q·min once per
+//                 block; the block's codes are unpacked into floats (scratch) for dot_f32
+// V rows are added with axpy in their DType; a KIVI V block's rows are dequantized into
+// floats (scratch) first. Scratch holds at most one block: no copy of the cache is made.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +36,7 @@ struct AttentionSpan {
 
 struct AttentionArgs {
   const KVCache* kv;
-  const BlockTable* table;
+  SeqId seq;
   int32_t layer;
   int32_t kv_head;
   int32_t n_group;  // query heads sharing this KV head (GQA)
@@ -37,14 +46,14 @@ struct AttentionArgs {
 };
 
 // Number of floats of scratch AttendGroup needs.
-int64_t AttentionScratchFloats(int32_t n_group, int32_t block_size);
+int64_t AttentionScratchFloats(const KVLayout& layout, int32_t n_group);
 
 // out: [n_group][head_dim]. Each K and V row is read once for the whole group.
 // `scratch` holds AttentionScratchFloats floats.
 void AttendGroup(const AttentionArgs& args, float* out, float* scratch);
 
-// The same result computed the plain way (dequantize every row, full softmax in double):
-// the oracle.
+// The same result computed the plain way (every row dequantized with KVCache::ReadK/ReadV,
+// the unrotated query, full softmax in double): the oracle.
 void AttendGroup_ref(const AttentionArgs& args, float* out);
 
 }  // namespace kvllm

@@ -4,55 +4,86 @@
 
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
-
-#include "tensor/quant.h"
 
 namespace kvllm {
 namespace {
 
-// Fills `n` tokens of one sequence with random K/V and checks the streaming attention against
-// the plain reference for several block sizes, formats and group sizes.
-void CheckAgainstReference(int32_t block_size, DType kt, DType vt, int32_t n_ctx,
-                           int32_t n_group, int32_t n_spans = 1) {
-  const int32_t d = 64, heads = 2, layers = 2;
-  auto layout = KVLayout::Make(KVShape{layers, heads, d}, block_size, kt, vt);
-  ASSERT_TRUE(layout.ok());
-  KVCache kv(layout.value(), (n_ctx + block_size - 1) / block_size + 1);
-  SeqId seq(0);
-  kv.Append(seq, n_ctx);
-  const BlockTable& t = kv.Table(seq);
-  std::mt19937 rng(block_size * 131 + n_ctx);
+constexpr int32_t kLayers = 2, kHeads = 2, kHeadDim = 64;
+
+// Random K with a few large channels (the outliers KIVI's per-channel K is made for) and
+// plain random V, for every layer and head of one token.
+struct TokenKV {
+  std::vector<float> k, v;  // [kHeads][kHeadDim]
+};
+
+TokenKV RandomToken(std::mt19937& rng) {
   std::normal_distribution<float> nd;
-  std::vector<float> row(d);
-  for (int32_t layer = 0; layer < layers; ++layer)
-    for (int32_t h = 0; h < heads; ++h)
-      for (int32_t i = 0; i < n_ctx; ++i) {
-        for (float& x : row) x = nd(rng);
-        QuantizeRow(kt, row.data(), kv.KRow(t, layer, h, i), d);
-        for (float& x : row) x = nd(rng);
-        QuantizeRow(vt, row.data(), kv.VRow(t, layer, h, i), d);
-      }
-  std::vector<float> q(n_group * d), q2(n_group * d), out(n_group * d), want(n_group * d);
+  TokenKV t{std::vector<float>(kHeads * kHeadDim), std::vector<float>(kHeads * kHeadDim)};
+  for (int i = 0; i < kHeads * kHeadDim; ++i) {
+    t.k[i] = nd(rng) + (i % kHeadDim == 3 ? 8.0f : 0.0f);
+    t.v[i] = nd(rng);
+  }
+  return t;
+}
+
+// Writes token `pos` of `seq` in every layer the way the model does: K then, once the token
+// completes its block, the block sealed.
+void WriteToken(KVCache& kv, SeqId seq, int32_t pos, const TokenKV& t) {
+  for (int32_t layer = 0; layer < kLayers; ++layer) {
+    kv.WriteK(seq, layer, pos, t.k.data());
+    kv.WriteV(seq, layer, pos, t.v.data());
+  }
+}
+
+void SealIfFull(KVCache& kv, SeqId seq, int32_t pos) {
+  if ((pos + 1) % kv.block_size() != 0) return;
+  for (int32_t layer = 0; layer < kLayers; ++layer) kv.SealK(seq, layer);
+}
+
+// Streaming attention against the oracle: both read the same stored values; only the order
+// of f32 arithmetic (and, for q4_0r, the query's rotation) differs.
+void ExpectMatchesReference(const KVCache& kv, SeqId seq, int32_t n_ctx, int32_t n_group,
+                            int32_t n_spans, std::mt19937& rng) {
+  std::normal_distribution<float> nd;
+  std::vector<float> q(n_group * kHeadDim), q2(n_group * kHeadDim);
+  std::vector<float> out(n_group * kHeadDim), want(n_group * kHeadDim);
   for (float& x : q) x = nd(rng);
   for (float& x : q2) x = nd(rng);
-  std::vector<float> scratch(AttentionScratchFloats(n_group, block_size));
-  AttentionArgs args{&kv, &t, /*layer=*/1, /*kv_head=*/1, n_group, 1.0f / std::sqrt(float(d)),
-                     {{0, n_ctx, q.data()}}, 1};
+  std::vector<float> scratch(AttentionScratchFloats(kv.layout(), n_group));
+  AttentionArgs args{&kv, seq, /*layer=*/1, /*kv_head=*/1, n_group,
+                     1.0f / std::sqrt(float(kHeadDim)), {{0, n_ctx, q.data()}}, 1};
   if (n_spans == 2) {
     // Sinks [0, 3) read with another query, then the window's last third.
-    args.spans[0] = {0, std::min(3, n_ctx), q2.data()};
-    args.spans[1] = {std::min(3, n_ctx) + (n_ctx - std::min(3, n_ctx)) * 2 / 3, n_ctx, q.data()};
-    if (args.spans[1].begin == args.spans[1].end) args.n_spans = 1;
-    else args.n_spans = 2;
+    const int32_t sinks = std::min(3, n_ctx);
+    args.spans[0] = {0, sinks, q2.data()};
+    args.spans[1] = {sinks + (n_ctx - sinks) * 2 / 3, n_ctx, q.data()};
+    args.n_spans = args.spans[1].begin == args.spans[1].end ? 1 : 2;
   }
   AttendGroup(args, out.data(), scratch.data());
   AttendGroup_ref(args, want.data());
   for (size_t i = 0; i < out.size(); ++i) {
-    // Both read the same stored rows; only the order of f32 arithmetic differs.
     ASSERT_NEAR(out[i], want[i], 1e-5f * (1.0f + std::abs(want[i])))
-        << "i=" << i << " bs=" << block_size << " n=" << n_ctx;
+        << "i=" << i << " bs=" << kv.block_size() << " n=" << n_ctx;
   }
+}
+
+// Fills n_ctx tokens (sealing full blocks, so a KIVI K's last partial block stays staged) and
+// attends from the end.
+void CheckAgainstReference(int32_t block_size, KVFormat kf, KVFormat vf, int32_t n_ctx,
+                           int32_t n_group, int32_t n_spans = 1) {
+  auto layout = KVLayout::Make(KVShape{kLayers, kHeads, kHeadDim}, block_size, kf, vf);
+  ASSERT_TRUE(layout.ok()) << layout.status().message();
+  KVCache kv(layout.value(), (n_ctx + block_size - 1) / block_size + 1);
+  SeqId seq(0);
+  kv.Append(seq, n_ctx);
+  std::mt19937 rng(block_size * 131 + n_ctx);
+  for (int32_t pos = 0; pos < n_ctx; ++pos) {
+    WriteToken(kv, seq, pos, RandomToken(rng));
+    SealIfFull(kv, seq, pos);
+  }
+  ExpectMatchesReference(kv, seq, n_ctx, n_group, n_spans, rng);
 }
 
 TEST(AttentionTest, StreamingSoftmaxMatchesReference) {
@@ -72,29 +103,92 @@ TEST(AttentionTest, F16AndMixedFormats) {
   CheckAgainstReference(16, DType::kF16, DType::kF32, 33, 3);
 }
 
-TEST(AttentionTest, QuantizedFormatsMatchAttentionOverTheirDequantizedValues) {
-  for (DType kt : {DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
-    for (DType vt : {DType::kF16, DType::kQ8_0, DType::kQ4_0}) {
-      SCOPED_TRACE(std::string(DTypeName(kt)) + "/" + DTypeName(vt));
-      CheckAgainstReference(16, kt, vt, 50, 2);
+// Every K format with every V format: the result equals attention over the values the cache
+// holds (a partial last block included, which a KIVI K still holds in f16).
+TEST(AttentionTest, EveryFormatPairMatchesAttentionOverItsDequantizedValues) {
+  for (KVFormat kf : KVFormat::All()) {
+    for (KVFormat vf : KVFormat::All()) {
+      if (!vf.Validate(KVRole::kV, kHeadDim).ok()) continue;  // q4_0r is K only
+      SCOPED_TRACE(std::string(kf.name()) + "/" + vf.name());
+      CheckAgainstReference(16, kf, vf, 50, 2);
+      CheckAgainstReference(4, kf, vf, 9, 1);
     }
+  }
+}
+
+TEST(AttentionTest, KiviSinksAndWindowSpansMatchReference) {
+  for (KVFormat kf : {KVFormat::Kivi(4), KVFormat::Kivi(2)})
+    for (KVFormat vf : {KVFormat::Kivi(4), KVFormat::Kivi(2), KVFormat(DType::kF16)})
+      for (int32_t bs : {1, 4, 16})
+        for (int32_t n : {4, 20, 100}) {
+          SCOPED_TRACE(std::string(kf.name()) + "/" + vf.name());
+          CheckAgainstReference(bs, kf, vf, n, 2, 2);
+        }
+}
+
+// Decoding token by token over a KIVI K: before a block fills, the query reads it from the
+// f16 staging (exactly what was written); once full, the block is sealed into the pool and
+// later queries read its quantized values. Checked at every step across two transitions.
+TEST(AttentionTest, KiviStagingAndTheTransitionAtBlockSize) {
+  const int32_t bs = 8;
+  for (KVFormat kf : {KVFormat::Kivi(4), KVFormat::Kivi(2)}) {
+    SCOPED_TRACE(kf.name());
+    auto layout = KVLayout::Make(KVShape{kLayers, kHeads, kHeadDim}, bs, kf, KVFormat::Kivi(2));
+    ASSERT_TRUE(layout.ok());
+    KVCache kv(layout.value(), 4);
+    SeqId seq(5);
+    std::mt19937 rng(11);
+    std::vector<TokenKV> written;
+    std::vector<float> row(kHeadDim);
+    for (int32_t pos = 0; pos < 2 * bs + 3; ++pos) {
+      kv.Append(seq, 1);
+      written.push_back(RandomToken(rng));
+      WriteToken(kv, seq, pos, written.back());
+      // The block being filled is staged: every K of it reads back as its f16 value.
+      EXPECT_EQ(kv.Staged(seq, 1).block_idx, pos / bs);
+      for (int32_t i = pos / bs * bs; i <= pos; ++i) {
+        kv.ReadK(seq, 1, 1, i, row.data());
+        for (int32_t d = 0; d < kHeadDim; ++d) {
+          ASSERT_NEAR(row[d], written[i].k[kHeadDim + d], 1e-3f * std::abs(written[i].k[kHeadDim + d]));
+        }
+      }
+      ExpectMatchesReference(kv, seq, pos + 1, 2, 1, rng);  // the query inside the block
+      SealIfFull(kv, seq, pos);
+      ASSERT_EQ(kv.CheckIntegrity(), "");
+      if ((pos + 1) % bs == 0) {
+        // Sealed: the staging moved on and the block now reads quantized (not the f16 values).
+        EXPECT_EQ(kv.Staged(seq, 1).block_idx, pos / bs + 1);
+        kv.ReadK(seq, 1, 1, pos, row.data());
+        float max_err = 0;
+        for (int32_t d = 0; d < kHeadDim; ++d) {
+          max_err = std::max(max_err, std::abs(row[d] - written[pos].k[kHeadDim + d]));
+        }
+        EXPECT_GT(max_err, 1e-3f);
+        ExpectMatchesReference(kv, seq, pos + 1, 2, 1, rng);  // the same query after sealing
+      }
+    }
+    EXPECT_EQ(kv.Stats().staging_bytes, layout->staging_bytes_per_sequence());
+    kv.Free(seq);
+    EXPECT_EQ(kv.Stats().staging_bytes, 0u);
   }
 }
 
 TEST(AttentionTest, SingleTokenReturnsItsValue) {
   const int32_t d = 32;
-  auto layout = KVLayout::Make(KVShape{1, 1, d}, 16, DType::kF32, DType::kF32);
-  ASSERT_TRUE(layout.ok());
-  KVCache kv(layout.value(), 1);
-  kv.Append(SeqId(0), 1);
-  const BlockTable& t = kv.Table(SeqId(0));
-  std::vector<float> k(d, 0.5f), v(d);
-  for (int i = 0; i < d; ++i) v[i] = float(i);
-  QuantizeRow(DType::kF32, k.data(), kv.KRow(t, 0, 0, 0), d);
-  QuantizeRow(DType::kF32, v.data(), kv.VRow(t, 0, 0, 0), d);
-  std::vector<float> q(d, 1.0f), out(d), scratch(AttentionScratchFloats(1, 16));
-  AttendGroup({&kv, &t, 0, 0, 1, 0.1f, {{0, 1, q.data()}}, 1}, out.data(), scratch.data());
-  for (int i = 0; i < d; ++i) EXPECT_FLOAT_EQ(out[i], float(i));
+  for (KVFormat f : {KVFormat(DType::kF32), KVFormat::Kivi(4)}) {
+    auto layout = KVLayout::Make(KVShape{1, 1, d}, 16, f, DType::kF32);
+    ASSERT_TRUE(layout.ok());
+    KVCache kv(layout.value(), 1);
+    kv.Append(SeqId(0), 1);
+    std::vector<float> k(d, 0.5f), v(d);
+    for (int i = 0; i < d; ++i) v[i] = float(i);
+    kv.WriteK(SeqId(0), 0, 0, k.data());
+    kv.WriteV(SeqId(0), 0, 0, v.data());
+    std::vector<float> q(d, 1.0f), out(d), scratch(AttentionScratchFloats(kv.layout(), 1));
+    AttendGroup({&kv, SeqId(0), 0, 0, 1, 0.1f, {{0, 1, q.data()}}, 1}, out.data(),
+                scratch.data());
+    for (int i = 0; i < d; ++i) EXPECT_FLOAT_EQ(out[i], float(i));
+  }
 }
 
 }  // namespace

@@ -6,6 +6,14 @@
 //   block table:       logical 0 ──▶ 7  logical 1 ──▶ 2  logical 2 ──▶ 5 (partly filled)
 //
 // Growth is plan-then-commit: CanAppend() changes nothing, Append() cannot fail.
+//
+// K and V are written through WriteK / WriteV, which quantize into the sequence's block. A
+// KIVI K (kv_format.h) cannot be quantized one token at a time: the block being filled keeps
+// its K in f16 in the sequence's staging area, one block per layer, until SealK quantizes it:
+//
+//   sequence tokens:  [0 ....... S-1][S ...... 2S-1][2S .. n-1]
+//   K of a layer:      quantized       quantized      staging (f16), sealed once full
+//
 // Not thread-safe for mutation; concurrent readers of rows (attention) are fine while no
 // mutation runs.
 #pragma once
@@ -48,7 +56,7 @@ struct KVWindow {
 };
 
 struct KVStats {
-  size_t bytes_per_token = 0;
+  size_t bytes_per_token = 0;  // in the pool, see KVLayout::bytes_per_token
   size_t bytes_per_block = 0;
   int32_t block_size = 0;
   int32_t blocks_total = 0;
@@ -56,6 +64,9 @@ struct KVStats {
   int64_t tokens_stored = 0;  // token slots held, over all sequences
   size_t bytes_allocated = 0; // the whole pool
   size_t bytes_used = 0;      // blocks_used × bytes_per_block
+  // Outside the pool: the f16 staging of a KIVI K, per live sequence and in all.
+  size_t staging_bytes_per_sequence = 0;
+  size_t staging_bytes = 0;
   // Slots allocated but holding no token, over all allocated slots (0 when nothing is used).
   double fragmentation = 0;
 };
@@ -83,28 +94,54 @@ class KVCache {
   // With a window: releases the blocks of `seq` that no query at `next_pos` or later can
   // attend to (wholly after the sinks and before the window). No-op without a window.
   void ReleaseOutsideWindow(SeqId seq, int32_t next_pos);
-  bool Has(SeqId seq) const { return tables_.count(seq) != 0; }
+  bool Has(SeqId seq) const { return seqs_.count(seq) != 0; }
   const BlockTable& Table(SeqId seq) const;
 
-  // Rows of one token slot: `idx` is the token's index in its sequence's cache.
-  uint8_t* KRow(const BlockTable& t, int32_t layer, int32_t head, int32_t idx) {
-    return BlockBase(t, idx) + layout_.KRowOffset(layer, head, idx % block_size());
-  }
-  uint8_t* VRow(const BlockTable& t, int32_t layer, int32_t head, int32_t idx) {
-    return BlockBase(t, idx) + layout_.VRowOffset(layer, head, idx % block_size());
-  }
+  // Writes the K (or V) of the token at `pos` for every kv head of `layer`:
+  // k, v: [n_kv_head][head_dim] f32. The slot must be reserved. A KIVI K goes to the staging
+  // area, whose block is the one after the last sealed: a sequence's K is written block by
+  // block in order, and a position is not written again once its block is sealed.
+  void WriteK(SeqId seq, int32_t layer, int32_t pos, const float* k);
+  void WriteV(SeqId seq, int32_t layer, int32_t pos, const float* v);
+  // KIVI K: quantizes the full staged block of `layer` into the pool and moves the staging on
+  // to the next block. Call it once every query that reads the block in f16 (the queries
+  // inside it) has attended. No-op for the other formats.
+  void SealK(SeqId seq, int32_t layer);
+
   const uint8_t* BlockData(BlockId id) const {
     return data_.get() + static_cast<size_t>(id.value) * layout_.bytes_per_block();
   }
+  // The block of `layer` whose K is in staging, and its rows [n_kv_head][block_size][head_dim]
+  // f16; {-1, nullptr} when K is not staged.
+  struct StagedK {
+    int32_t block_idx;
+    const uint16_t* rows;
+  };
+  StagedK Staged(SeqId seq, int32_t layer) const;
+
+  // Token `idx` of a sequence dequantized, as the model wrote it (a rotated K is rotated
+  // back), with the scalar reference routines: out [head_dim]. For the oracle and tests.
+  void ReadK(SeqId seq, int32_t layer, int32_t head, int32_t idx, float* out) const;
+  void ReadV(SeqId seq, int32_t layer, int32_t head, int32_t idx, float* out) const;
 
   KVStats Stats() const;
   // Empty when pool and tables agree (every referenced block counted once per table).
   std::string CheckIntegrity() const;
 
  private:
-  uint8_t* BlockBase(const BlockTable& t, int32_t idx) {
-    return data_.get() +
-           static_cast<size_t>(t.blocks[idx / block_size()].value) * layout_.bytes_per_block();
+  struct SeqState {
+    BlockTable table;
+    // KIVI K only: the logical block each layer stages, and its f16 K.
+    std::vector<int32_t> staged_block;  // [n_layer]
+    std::vector<uint16_t> staging;      // [n_layer][n_kv_head][block_size][head_dim]
+  };
+
+  const SeqState& State(SeqId seq) const;
+  SeqState& State(SeqId seq);
+  uint8_t* Block(const BlockTable& t, int32_t idx) {
+    const BlockId id = t.blocks[idx / block_size()];
+    KVLLM_CHECK(id.valid());
+    return data_.get() + static_cast<size_t>(id.value) * layout_.bytes_per_block();
   }
 
   KVLayout layout_;
@@ -112,7 +149,8 @@ class KVCache {
   BlockPool pool_;
   // [num_blocks][bytes_per_block], 64-byte aligned
   std::unique_ptr<uint8_t[], void (*)(uint8_t*)> data_;
-  std::unordered_map<SeqId, BlockTable> tables_;
+  std::unordered_map<SeqId, SeqState> seqs_;
+  std::vector<float> scratch_;  // [3][head_dim] for writes (rotation, sealing)
 };
 
 }  // namespace kvllm

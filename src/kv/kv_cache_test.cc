@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
 namespace kvllm {
 namespace {
 
@@ -36,6 +38,21 @@ TEST(KVLayoutTest, RowsOfOneBlockDoNotOverlap) {
         for (size_t b = 0; b < l.v_row_bytes(); ++b) ++owner[l.VRowOffset(layer, h, s) + b];
       }
   for (int c : owner) ASSERT_EQ(c, 1);
+}
+
+TEST(KVLayoutTest, KiviHeadTilesAndValueRowsDoNotOverlap) {
+  for (int bits : {4, 2}) {
+    auto l = KVLayout::Make(KVShape{2, 3, 64}, 5, KVFormat::Kivi(bits), KVFormat::Kivi(bits));
+    ASSERT_TRUE(l.ok());
+    std::vector<int> owner(l->bytes_per_block(), 0);
+    for (int layer = 0; layer < 2; ++layer)
+      for (int h = 0; h < 3; ++h) {
+        for (size_t b = 0; b < l->k_head_bytes(); ++b) ++owner[l->KHeadOffset(layer, h) + b];
+        for (int s = 0; s < 5; ++s)
+          for (size_t b = 0; b < l->v_row_bytes(); ++b) ++owner[l->VRowOffset(layer, h, s) + b];
+      }
+    for (int c : owner) ASSERT_EQ(c, 1);
+  }
 }
 
 TEST(KVLayoutTest, RejectsFormatThatCannotHoldHeadDim) {
@@ -79,14 +96,34 @@ TEST(KVCacheTest, FullPoolRefusesWithoutChangingState) {
 }
 
 TEST(KVCacheTest, SequencesGetDisjointRows) {
-  KVCache kv(MakeLayout(2), 8);
-  SeqId a(1), b(2);
-  kv.Append(a, 3);
-  kv.Append(b, 3);
-  const BlockTable& ta = kv.Table(a);
-  const BlockTable& tb = kv.Table(b);
-  for (int i = 0; i < 3; ++i)
-    for (int j = 0; j < 3; ++j) EXPECT_NE(kv.KRow(ta, 1, 2, i), kv.KRow(tb, 1, 2, j));
+  for (KVFormat k : {KVFormat(DType::kF16), KVFormat::Kivi(4)}) {
+    SCOPED_TRACE(k.name());
+    auto layout = KVLayout::Make(KVShape{2, 3, 32}, 2, k, DType::kF16);
+    ASSERT_TRUE(layout.ok());
+    KVCache kv(layout.value(), 8);
+    const SeqId seqs[] = {SeqId(1), SeqId(2)};
+    for (SeqId s : seqs) kv.Append(s, 3);
+    // Sequence s writes the value s everywhere (exact in every format here: a constant channel).
+    for (int i = 0; i < 3; ++i) {
+      for (SeqId s : seqs) {
+        const std::vector<float> row(3 * 32, static_cast<float>(s.value));
+        for (int layer = 0; layer < 2; ++layer) {
+          kv.WriteK(s, layer, i, row.data());
+          kv.WriteV(s, layer, i, row.data());
+          if (i % 2 == 1) kv.SealK(s, layer);
+        }
+      }
+    }
+    std::vector<float> out(32);
+    for (SeqId s : seqs)
+      for (int i = 0; i < 3; ++i) {
+        kv.ReadK(s, 1, 2, i, out.data());
+        EXPECT_EQ(out[5], static_cast<float>(s.value));
+        kv.ReadV(s, 1, 2, i, out.data());
+        EXPECT_EQ(out[31], static_cast<float>(s.value));
+      }
+    EXPECT_EQ(kv.CheckIntegrity(), "");
+  }
 }
 
 TEST(KVCacheTest, WindowKeepsBlocksBoundedOver5000DecodeSteps) {

@@ -1,15 +1,20 @@
-// KVLayout: where each K and V row lives inside a block, and what a token costs. Computed
+// KVLayout: where each K and V head lives inside a block, and what a token costs. Computed
 // from the model's shape and the chosen formats only, so `kvllm kv-size` and the allocator
 // agree to the byte.
 //
 // One block, for block_size tokens (S), n_kv_head heads (H), head_dim (D):
 //
-//   block ─┬─ layer 0 ─┬─ K: [H][S] rows of D elements in k_type   (k_row_bytes each)
-//          │           └─ V: [H][S] rows of D elements in v_type   (v_row_bytes each)
+//   block ─┬─ layer 0 ─┬─ K: [H] head tiles of k_head_bytes
+//          │           │      row formats: [S] rows of D elements (k_row_bytes each)
+//          │           │      KIVI:        per-channel scales and S rows of codes (kivi.h)
+//          │           └─ V: [H][S] rows of D elements in v_format   (v_row_bytes each)
 //          ├─ layer 1 ─ ...
 //          └─ layer n_layer-1
 //
-// A row is one token's vector for one head, so quantized formats group along head_dim.
+// A row is one token's vector for one head, so quantized row formats group along head_dim.
+// A KIVI K quantizes each channel over the block's tokens, so its block is quantized once,
+// when full; until then that block's K waits in f16 in its sequence's staging area
+// (staging_bytes_per_sequence, outside the pool).
 #pragma once
 
 #include <cstddef>
@@ -17,7 +22,7 @@
 #include <string>
 
 #include "base/status.h"
-#include "tensor/dtype.h"
+#include "kv/kv_format.h"
 
 namespace kvllm {
 
@@ -29,25 +34,37 @@ struct KVShape {
 
 class KVLayout {
  public:
-  // Fails when a format cannot hold rows of head_dim (e.g. q8_0 needs a multiple of 32).
-  static StatusOr<KVLayout> Make(KVShape shape, int32_t block_size, DType k_type, DType v_type);
+  // Fails when a format cannot hold heads of head_dim (e.g. q8_0 needs a multiple of 32).
+  static StatusOr<KVLayout> Make(KVShape shape, int32_t block_size, KVFormat k_format,
+                                 KVFormat v_format);
 
   const KVShape& shape() const { return shape_; }
   int32_t block_size() const { return block_size_; }
-  DType k_type() const { return k_type_; }
-  DType v_type() const { return v_type_; }
-  size_t k_row_bytes() const { return k_row_bytes_; }
+  KVFormat k_format() const { return k_format_; }
+  KVFormat v_format() const { return v_format_; }
+  size_t k_head_bytes() const { return k_head_bytes_; }  // one head's K in one block
+  size_t k_row_bytes() const { return k_row_bytes_; }    // 0 for a KIVI K (no rows)
   size_t v_row_bytes() const { return v_row_bytes_; }
 
-  // K and V of one token across all layers and heads.
-  size_t bytes_per_token() const {
-    return static_cast<size_t>(shape_.n_layer) * shape_.n_kv_head * (k_row_bytes_ + v_row_bytes_);
+  size_t bytes_per_block() const { return static_cast<size_t>(shape_.n_layer) * layer_bytes_; }
+  // K and V of one token across all layers and heads: bytes_per_block / block_size, rounded
+  // up (exact unless a KIVI K's per-block scales do not divide evenly over block_size).
+  size_t bytes_per_token() const { return (bytes_per_block() + block_size_ - 1) / block_size_; }
+  // The f16 K of one block per sequence while it fills (KIVI K only; 0 otherwise).
+  size_t staging_bytes_per_sequence() const {
+    return k_format_.staged(KVRole::kK)
+               ? static_cast<size_t>(shape_.n_layer) * shape_.n_kv_head * block_size_ *
+                     shape_.head_dim * sizeof(uint16_t)
+               : 0;
   }
-  size_t bytes_per_block() const { return bytes_per_token() * block_size_; }
 
-  // Byte offsets of a row from the start of its block.
+  // Byte offsets from the start of a block.
+  size_t KHeadOffset(int32_t layer, int32_t head) const {
+    return layer * layer_bytes_ + head * k_head_bytes_;
+  }
+  // Row formats only (not a KIVI K).
   size_t KRowOffset(int32_t layer, int32_t head, int32_t slot) const {
-    return layer * layer_bytes_ + (static_cast<size_t>(head) * block_size_ + slot) * k_row_bytes_;
+    return KHeadOffset(layer, head) + slot * k_row_bytes_;
   }
   size_t VRowOffset(int32_t layer, int32_t head, int32_t slot) const {
     return layer * layer_bytes_ + v_offset_ +
@@ -57,9 +74,10 @@ class KVLayout {
  private:
   KVShape shape_;
   int32_t block_size_ = 0;
-  DType k_type_ = DType::kF16;
-  DType v_type_ = DType::kF16;
-  size_t k_row_bytes_ = 0;
+  KVFormat k_format_ = DType::kF16;
+  KVFormat v_format_ = DType::kF16;
+  size_t k_head_bytes_ = 0;
+  size_t k_row_bytes_ = 0;  // 0 for a KIVI K
   size_t v_row_bytes_ = 0;
   size_t v_offset_ = 0;     // start of the V rows within a layer
   size_t layer_bytes_ = 0;  // K + V of one layer of one block

@@ -1,10 +1,10 @@
 #include "model/model.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "kv/attention.h"
 #include "tensor/kernels.h"
-#include "tensor/quant.h"
 #include "tensor/thread_pool.h"
 
 namespace kvllm {
@@ -51,7 +51,7 @@ Model::Model(gguf::GgufFile file, ModelConfig config, Weights weights)
   }
 }
 
-void Model::EnsureScratch(int32_t n_tok, int32_t n_threads, int32_t block_size) {
+void Model::EnsureScratch(int32_t n_tok, int32_t n_threads, const KVLayout& layout) {
   const ModelConfig& c = config_;
   if (n_tok > scratch_tokens_) {
     scratch_tokens_ = n_tok;
@@ -67,16 +67,53 @@ void Model::EnsureScratch(int32_t n_tok, int32_t n_threads, int32_t block_size) 
     up_.resize(n * c.n_ff);
   }
   att_scratch_stride_ =
-      AttentionScratchFloats(c.n_group(), block_size) + int64_t{c.n_group()} * c.head_dim;
+      AttentionScratchFloats(layout, c.n_group()) + int64_t{c.n_group()} * c.head_dim;
   const size_t need = static_cast<size_t>(att_scratch_stride_) * n_threads;
   if (att_scratch_.size() < need) att_scratch_.resize(need);
+}
+
+void Model::PlanPhases(const ForwardBatch& batch, int32_t block_size, bool staged_k) {
+  const int32_t n_tok = batch.size();
+  row_phase_.assign(n_tok, 0);
+  if (staged_k) {
+    first_block_.clear();
+    for (int32_t t = 0; t < n_tok; ++t) {
+      const int32_t b = batch.positions[t] / block_size;
+      auto it = std::find_if(first_block_.begin(), first_block_.end(),
+                             [&](const auto& e) { return e.first == batch.seq_ids[t]; });
+      if (it == first_block_.end()) {
+        first_block_.emplace_back(batch.seq_ids[t], b);
+      } else {
+        it->second = std::min(it->second, b);
+      }
+    }
+    for (int32_t t = 0; t < n_tok; ++t) {
+      auto it = std::find_if(first_block_.begin(), first_block_.end(),
+                             [&](const auto& e) { return e.first == batch.seq_ids[t]; });
+      row_phase_[t] = batch.positions[t] / block_size - it->second;
+    }
+  }
+  // Counting sort of the rows by phase, keeping batch order within a phase. phase_begin_[p]
+  // serves as phase p's fill cursor, which leaves it at the next phase's start; the final
+  // shift puts every start back.
+  const int32_t n_phases = *std::max_element(row_phase_.begin(), row_phase_.end()) + 1;
+  phase_begin_.assign(n_phases + 1, 0);
+  for (int32_t p : row_phase_) ++phase_begin_[p + 1];
+  for (int32_t p = 0; p < n_phases; ++p) phase_begin_[p + 1] += phase_begin_[p];
+  phase_rows_.resize(n_tok);
+  for (int32_t t = 0; t < n_tok; ++t) phase_rows_[phase_begin_[row_phase_[t]]++] = t;
+  for (int32_t p = n_phases; p > 0; --p) phase_begin_[p] = phase_begin_[p - 1];
+  phase_begin_[0] = 0;
 }
 
 void Model::Forward(const ForwardBatch& batch, KVCache& kv, ThreadPool& pool, float* logits) {
   const ModelConfig& c = config_;
   const int32_t n_tok = batch.size();
   if (n_tok == 0) return;
-  EnsureScratch(n_tok, pool.size(), kv.block_size());
+  const KVLayout& lay = kv.layout();
+  const bool staged_k = lay.k_format().staged(KVRole::kK);
+  EnsureScratch(n_tok, pool.size(), lay);
+  PlanPhases(batch, lay.block_size(), staged_k);
   const int64_t e = c.n_embd, qd = int64_t{c.n_head} * c.head_dim,
                 kvd = int64_t{c.n_kv_head} * c.head_dim;
   const KernelSet& kern = Kernels();
@@ -87,10 +124,10 @@ void Model::Forward(const ForwardBatch& batch, KVCache& kv, ThreadPool& pool, fl
                     &x_[t * e], e);
   }
 
-  const KVLayout& lay = kv.layout();
   for (int32_t layer = 0; layer < c.n_layer; ++layer) {
     const LayerWeights& w = weights_.layers[layer];
-    // Attention block: h = norm(x); q, k, v = h W; rope; cache k, v; attend; x += attn Wo.
+    // Attention block: h = norm(x); q, k, v = h W; rope; cache v; then phase by phase (see
+    // model.h) cache k, attend, seal full KIVI K blocks; x += attn Wo.
     for (int32_t t = 0; t < n_tok; ++t) RmsNorm(&x_[t * e], w.attn_norm, &h_[t * e], e, c.rms_eps);
     MatMul(w.wq.type, w.wq.data, qd, e, h_.data(), n_tok, q_.data(), &pool);
     MatMul(w.wk.type, w.wk.data, kvd, e, h_.data(), n_tok, k_.data(), &pool);
@@ -100,15 +137,21 @@ void Model::Forward(const ForwardBatch& batch, KVCache& kv, ThreadPool& pool, fl
       const int32_t pos = batch.positions[t];
       Rope(&q_[t * qd], c.n_head, c.head_dim, c.n_rot, pos, inv_freq_.data());
       Rope(&k_[t * kvd], c.n_kv_head, c.head_dim, c.n_rot, pos, inv_freq_.data());
-      const BlockTable& table = kv.Table(batch.seq_ids[t]);
-      KVLLM_CHECK(pos < table.num_tokens);
-      for (int32_t h = 0; h < c.n_kv_head; ++h) {
-        const int64_t off = t * kvd + int64_t{h} * c.head_dim;
-        QuantizeRow(lay.k_type(), &k_[off], kv.KRow(table, layer, h, pos), c.head_dim);
-        QuantizeRow(lay.v_type(), &v_[off], kv.VRow(table, layer, h, pos), c.head_dim);
+      kv.WriteV(batch.seq_ids[t], layer, pos, &v_[t * kvd]);
+    }
+    for (size_t p = 0; p + 1 < phase_begin_.size(); ++p) {
+      const int32_t* rows = &phase_rows_[phase_begin_[p]];
+      const int32_t n_rows = phase_begin_[p + 1] - phase_begin_[p];
+      for (int32_t i = 0; i < n_rows; ++i) {
+        kv.WriteK(batch.seq_ids[rows[i]], layer, batch.positions[rows[i]], &k_[rows[i] * kvd]);
+      }
+      Attention(batch, kv, pool, layer, rows, n_rows);
+      for (int32_t i = 0; i < n_rows; ++i) {
+        if (staged_k && (batch.positions[rows[i]] + 1) % lay.block_size() == 0) {
+          kv.SealK(batch.seq_ids[rows[i]], layer);
+        }
       }
     }
-    Attention(batch, kv, pool, layer);
     MatMul(w.wo.type, w.wo.data, e, qd, attn_.data(), n_tok, h_.data(), &pool);
     for (int64_t i = 0; i < n_tok * e; ++i) x_[i] += h_[i];
 
@@ -134,21 +177,22 @@ void Model::Forward(const ForwardBatch& batch, KVCache& kv, ThreadPool& pool, fl
          &pool);
 }
 
-void Model::Attention(const ForwardBatch& batch, KVCache& kv, ThreadPool& pool, int32_t layer) {
+void Model::Attention(const ForwardBatch& batch, KVCache& kv, ThreadPool& pool, int32_t layer,
+                      const int32_t* rows, int32_t n_rows) {
   const ModelConfig& c = config_;
   const int32_t n_group = c.n_group();
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   const int64_t qd = int64_t{c.n_head} * c.head_dim;
   const KVWindow& window = kv.window();
   // One task per (token, kv head): it reads that head's K/V once for its query-head group.
-  pool.ParallelFor(int64_t{batch.size()} * c.n_kv_head, [&](int64_t task, int thread) {
-    const int32_t t = static_cast<int32_t>(task / c.n_kv_head);
+  pool.ParallelFor(int64_t{n_rows} * c.n_kv_head, [&](int64_t task, int thread) {
+    const int32_t t = rows[task / c.n_kv_head];
     const int32_t h = static_cast<int32_t>(task % c.n_kv_head);
     const int32_t pos = batch.positions[t];
     const int64_t off = t * qd + int64_t{h} * n_group * c.head_dim;
     float* scratch = &att_scratch_[thread * att_scratch_stride_];
-    AttentionArgs args{&kv, &kv.Table(batch.seq_ids[t]), layer, h, n_group, scale,
-                       {{0, pos + 1, &q_[off]}}, 1};
+    AttentionArgs args{&kv, batch.seq_ids[t], layer, h, n_group, scale, {{0, pos + 1, &q_[off]}},
+                       1};
     const int32_t begin = window.WindowBegin(pos);
     if (begin > 0) {
       // The window keeps its true distances to the query; the sinks are read with the query
@@ -156,7 +200,7 @@ void Model::Attention(const ForwardBatch& batch, KVCache& kv, ThreadPool& pool, 
       args.spans[0] = {begin, pos + 1, &q_[off]};
       args.n_spans = 1;
       if (window.sinks > 0) {
-        float* q_sink = scratch + AttentionScratchFloats(n_group, kv.block_size());
+        float* q_sink = scratch + AttentionScratchFloats(kv.layout(), n_group);
         std::copy(&q_raw_[off], &q_raw_[off] + int64_t{n_group} * c.head_dim, q_sink);
         Rope(q_sink, n_group, c.head_dim, c.n_rot, pos - begin + window.sinks, inv_freq_.data());
         args.spans[1] = {0, window.sinks, q_sink};

@@ -6,11 +6,20 @@
 // `positions[i]` before attention reads slots [0, positions[i]] of that sequence (or its sinks
 // and window, see KVWindow), so a batch of consecutive tokens attends causally among itself
 // and to what was cached before.
+//
+// With a KIVI K (kv_format.h) a block's K is quantized once the block is full, from all of
+// its tokens; a query inside the block reads it in f16 instead. So that a prefill sees exactly
+// what token-by-token decoding would, each layer's attention then runs in phases, one block
+// of each sequence at a time: write that block's K, attend its queries, seal it if full.
+//
+//   tokens of a sequence in the batch:  [.. block b ..][.. block b+1 ..][.. b+2 ..]
+//   phase:                                     0              1            2
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -63,8 +72,12 @@ class Model {
 
  private:
   Model(gguf::GgufFile file, ModelConfig config, Weights weights);
-  void EnsureScratch(int32_t n_tok, int32_t n_threads, int32_t block_size);
-  void Attention(const ForwardBatch& batch, KVCache& kv, ThreadPool& pool, int32_t layer);
+  void EnsureScratch(int32_t n_tok, int32_t n_threads, const KVLayout& layout);
+  // Groups the batch rows into phases (see the top of this file): one phase unless K is staged.
+  void PlanPhases(const ForwardBatch& batch, int32_t block_size, bool staged_k);
+  // Attention of the batch rows rows[0, n_rows) in one layer.
+  void Attention(const ForwardBatch& batch, KVCache& kv, ThreadPool& pool, int32_t layer,
+                 const int32_t* rows, int32_t n_rows);
 
   gguf::GgufFile file_;
   ModelConfig config_;
@@ -84,6 +97,11 @@ class Model {
   std::vector<float> up_;      // [n_tok][n_ff]
   std::vector<float> att_scratch_;  // [n_threads][AttentionScratchFloats + n_group*head_dim]
   int64_t att_scratch_stride_ = 0;
+  // Phases of the current batch: rows of phase p are phase_rows_[phase_begin_[p], [p + 1]).
+  std::vector<int32_t> phase_rows_;   // [n_tok] batch rows, grouped by phase
+  std::vector<int32_t> phase_begin_;  // [n_phases + 1]
+  std::vector<int32_t> row_phase_;    // [n_tok]
+  std::vector<std::pair<SeqId, int32_t>> first_block_;  // [n_seqs] first block in the batch
 };
 
 }  // namespace kvllm
