@@ -84,6 +84,24 @@ TEST(WindowTest, OneLayerModelMatchesReferenceOverSinksPlusWindow) {
   EXPECT_EQ(kv.CheckIntegrity(), "");
 }
 
+// A GGUF that declares llama.attention.sliding_window gets that window (without sinks) with
+// no flag: the same tokens as asking for it explicitly on the same weights.
+TEST(WindowTest, ModelDeclaredSlidingWindowIsUsedAutomatically) {
+  auto declared = Load("tiny-f32-s7-swa12", "--preset tiny --type f32 --seed 7 --sliding-window 12");
+  auto plain = Load("tiny-f32-s7", "--preset tiny --type f32 --seed 7");
+  EXPECT_EQ(declared->config().sliding_window, 12);
+  EngineOptions o;
+  o.k_type = o.v_type = DType::kF32;
+  o.ctx_size = 256;
+  o.n_threads = 2;
+  const auto automatic = Generate(declared.get(), o, kPrompt, 30);
+  EngineOptions explicit_window = o;
+  explicit_window.kv_window = 12;
+  explicit_window.kv_sinks = 0;
+  EXPECT_EQ(automatic, Generate(plain.get(), explicit_window, kPrompt, 30));
+  EXPECT_NE(automatic, Generate(plain.get(), o, kPrompt, 30));  // the window does change them
+}
+
 TEST(WindowTest, GenerationRunsFarPastTheContextWithFlatMemory) {
   auto model = Load("tiny-f32-s7", "--preset tiny --type f32 --seed 7");
   EngineOptions o;

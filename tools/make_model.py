@@ -179,6 +179,9 @@ def write_model(path, cfg, type_name, seed=0, tied=False, version=3,
         w.add_float32("llama.attention.layer_norm_rms_epsilon",
                       cfg["rms_eps"])
         w.add_float32("llama.rope.freq_base", cfg["rope_base"])
+        if cfg.get("sliding_window"):
+            w.add_uint32("llama.attention.sliding_window",
+                         cfg["sliding_window"])
         w.add_string("tokenizer.ggml.model", "llama")
         w.add_array("tokenizer.ggml.tokens", tokens, ValueType.STRING)
         w.add_array("tokenizer.ggml.scores", scores, ValueType.FLOAT32)
@@ -222,6 +225,8 @@ def parse_args(argv):
                    help="omit output.weight; logits reuse token_embd")
     p.add_argument("--gguf-version", type=int, choices=(2, 3), default=3)
     p.add_argument("--alignment", type=int, default=gguf.DEFAULT_ALIGNMENT)
+    p.add_argument("--sliding-window", type=int, default=0,
+                   help="declare llama.attention.sliding_window (0: none)")
     args = p.parse_args(argv)
 
     cfg = dict(PRESETS[args.preset])
@@ -250,6 +255,9 @@ def parse_args(argv):
                         f"for --type {args.type}")
     if args.alignment <= 0 or args.alignment % 8:
         p.error("--alignment must be a positive multiple of 8")
+    if args.sliding_window < 0:
+        p.error("--sliding-window must not be negative")
+    cfg["sliding_window"] = args.sliding_window
     return args, cfg
 
 
