@@ -20,12 +20,7 @@ struct ChatFlags {
   std::string system;
   std::string chat_template;
   int32_t n_predict = 256;
-  float temp = 0.8f;
-  int32_t top_k = 40;
-  float top_p = 0.95f;
-  float min_p = 0.05f;
-  float repeat_penalty = 1.0f;
-  int64_t seed = -1;
+  SamplingFlags sampling;
   bool no_kv_reuse = false;
   EngineFlags engine;
 };
@@ -121,12 +116,7 @@ class ChatSession {
     GenerationParams p;
     p.max_tokens = flags_.n_predict;
     p.stop_tokens = EndOfGenerationTokens(tok_);
-    p.sampling.temperature = flags_.temp;
-    p.sampling.top_k = flags_.top_k;
-    p.sampling.top_p = flags_.top_p;
-    p.sampling.min_p = flags_.min_p;
-    p.sampling.repeat_penalty = flags_.repeat_penalty;
-    p.sampling.seed = flags_.seed < 0 ? SamplingParams::kRandomSeed : static_cast<uint64_t>(flags_.seed);
+    p.sampling = flags_.sampling.ToParams();
     return p;
   }
 
@@ -210,13 +200,7 @@ Command RegisterChat(CLI::App* app) {
                   "chatml, llama2, llama3, mistral, zephyr, phi3, gemma (default: from the model)");
   sub->add_option("-n,--n-predict", f->n_predict, "tokens per reply at most (-1: until EOS or a full cache)")
       ->capture_default_str();
-  sub->add_option("--temp", f->temp, "temperature (0: greedy)")->capture_default_str();
-  sub->add_option("--top-k", f->top_k, "top-k sampling (0: off)")->capture_default_str();
-  sub->add_option("--top-p", f->top_p, "top-p sampling (1: off)")->capture_default_str();
-  sub->add_option("--min-p", f->min_p, "min-p sampling (0: off)")->capture_default_str();
-  sub->add_option("--repeat-penalty", f->repeat_penalty, "repetition penalty (1: off)")
-      ->capture_default_str();
-  sub->add_option("-s,--seed", f->seed, "RNG seed (-1: random)")->capture_default_str();
+  f->sampling.Register(sub);
   sub->add_flag("--no-kv-reuse", f->no_kv_reuse, "re-prefill the whole history every turn");
   f->engine.Register(sub);
   return [f] { return Chat(*f); };

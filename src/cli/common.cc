@@ -111,6 +111,30 @@ StatusOr<EngineOptions> EngineFlags::ToOptions(const Model& model) const {
   return o;
 }
 
+void SamplingFlags::Register(CLI::App* app) {
+  app->add_option("--temp", temp, "temperature (0: greedy)")->capture_default_str();
+  app->add_option("--top-k", top_k, "top-k sampling (0: off)")->capture_default_str();
+  app->add_option("--top-p", top_p, "top-p sampling (1: off)")->capture_default_str();
+  app->add_option("--min-p", min_p, "min-p sampling (0: off)")->capture_default_str();
+  app->add_option("--repeat-penalty", repeat_penalty, "repetition penalty (1: off)")
+      ->capture_default_str();
+  app->add_option("--repeat-last-n", repeat_last_n, "tokens the repetition penalty sees")
+      ->capture_default_str();
+  app->add_option("-s,--seed", seed, "RNG seed (-1: random)")->capture_default_str();
+}
+
+SamplingParams SamplingFlags::ToParams() const {
+  SamplingParams p;
+  p.temperature = temp;
+  p.top_k = top_k;
+  p.top_p = top_p;
+  p.min_p = min_p;
+  p.repeat_penalty = repeat_penalty;
+  p.repeat_last_n = repeat_last_n;
+  p.seed = seed < 0 ? SamplingParams::kRandomSeed : static_cast<uint64_t>(seed);
+  return p;
+}
+
 std::vector<int32_t> EndOfGenerationTokens(const Tokenizer& tok) {
   std::vector<int32_t> ids;
   for (int32_t id = 0; id < tok.vocab_size(); ++id) {

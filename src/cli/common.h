@@ -42,6 +42,21 @@ struct EngineFlags {
   StatusOr<EngineOptions> ToOptions(const Model& model) const;
 };
 
+// Sampling flags with llama.cpp's names and defaults: --temp, --top-k, --top-p, --min-p,
+// --repeat-penalty, --repeat-last-n, -s/--seed.
+struct SamplingFlags {
+  float temp = 0.8f;
+  int32_t top_k = 40;
+  float top_p = 0.95f;
+  float min_p = 0.05f;
+  float repeat_penalty = 1.0f;
+  int32_t repeat_last_n = 64;
+  int64_t seed = -1;
+
+  void Register(CLI::App* app);
+  SamplingParams ToParams() const;
+};
+
 // Rewrites llama.cpp's multi-letter short flags (-ctk, -ctv) into their long names, which
 // CLI11 can parse.
 void RewriteLlamaShortFlags(int argc, char** argv, std::vector<std::string>* args);

@@ -19,13 +19,7 @@ struct RunFlags {
   std::string prompt;
   std::string prompt_file;
   int32_t n_predict = 128;
-  float temp = 0.8f;
-  int32_t top_k = 40;
-  float top_p = 0.95f;
-  float min_p = 0.05f;
-  float repeat_penalty = 1.0f;
-  int32_t repeat_last_n = 64;
-  int64_t seed = -1;
+  SamplingFlags sampling;
   bool ignore_eos = false;
   bool json = false;
   EngineFlags engine;
@@ -64,14 +58,7 @@ int Run(const RunFlags& f) {
   Request req;
   req.prompt = tok.Encode(prompt, /*add_special=*/true);
   req.params.max_tokens = f.n_predict;
-  req.params.sampling.temperature = f.temp;
-  req.params.sampling.top_k = f.top_k;
-  req.params.sampling.top_p = f.top_p;
-  req.params.sampling.min_p = f.min_p;
-  req.params.sampling.repeat_penalty = f.repeat_penalty;
-  req.params.sampling.repeat_last_n = f.repeat_last_n;
-  req.params.sampling.seed =
-      f.seed < 0 ? SamplingParams::kRandomSeed : static_cast<uint64_t>(f.seed);
+  req.params.sampling = f.sampling.ToParams();
   if (!f.ignore_eos) req.params.stop_tokens = EndOfGenerationTokens(tok);
   auto seq = (*engine)->Add(std::move(req));
   if (!seq.ok()) {
@@ -173,15 +160,7 @@ Command RegisterRun(CLI::App* app) {
   sub->add_option("-f,--file", f->prompt_file, "read the prompt from a file")->excludes(p);
   sub->add_option("-n,--n-predict", f->n_predict, "tokens to generate (-1: until the cache is full)")
       ->capture_default_str();
-  sub->add_option("--temp", f->temp, "temperature (0: greedy)")->capture_default_str();
-  sub->add_option("--top-k", f->top_k, "top-k sampling (0: off)")->capture_default_str();
-  sub->add_option("--top-p", f->top_p, "top-p sampling (1: off)")->capture_default_str();
-  sub->add_option("--min-p", f->min_p, "min-p sampling (0: off)")->capture_default_str();
-  sub->add_option("--repeat-penalty", f->repeat_penalty, "repetition penalty (1: off)")
-      ->capture_default_str();
-  sub->add_option("--repeat-last-n", f->repeat_last_n, "tokens the repetition penalty sees")
-      ->capture_default_str();
-  sub->add_option("-s,--seed", f->seed, "RNG seed (-1: random)")->capture_default_str();
+  f->sampling.Register(sub);
   sub->add_flag("--ignore-eos", f->ignore_eos, "keep generating after end-of-sequence");
   sub->add_flag("--json", f->json, "print one JSON object at the end instead of text and summary");
   f->engine.Register(sub);
