@@ -135,6 +135,14 @@ SamplingParams SamplingFlags::ToParams() const {
   return p;
 }
 
+StatusOr<std::string> ReadTextFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::Error("cannot read '" + path + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
 std::vector<int32_t> EndOfGenerationTokens(const Tokenizer& tok) {
   std::vector<int32_t> ids;
   for (int32_t id = 0; id < tok.vocab_size(); ++id) {

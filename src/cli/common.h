@@ -61,6 +61,9 @@ struct SamplingFlags {
 // CLI11 can parse.
 void RewriteLlamaShortFlags(int argc, char** argv, std::vector<std::string>* args);
 
+// The whole content of a file (prompts, texts to score), or an error naming it.
+StatusOr<std::string> ReadTextFile(const std::string& path);
+
 // Every token that ends generation (EOS, <|eot_id|>, <|im_end|>, ...): the stop list of
 // run and chat.
 std::vector<int32_t> EndOfGenerationTokens(const Tokenizer& tok);

@@ -9,7 +9,6 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 
 #include "cli/commands.h"
 #include "cli/common.h"
@@ -69,10 +68,8 @@ int Fail(const std::string& message) {
 }
 
 int Perplexity(PerplexityFlags f) {
-  std::ifstream in(f.text_file, std::ios::binary);
-  if (!in) return Fail("cannot read '" + f.text_file + "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
+  auto text = ReadTextFile(f.text_file);
+  if (!text.ok()) return Fail(text.status().message());
   auto loaded = LoadModel(f.model_path);
   if (!loaded.ok()) return Fail(loaded.status().message());
   const Tokenizer& tok = *loaded->tokenizer;
@@ -85,7 +82,7 @@ int Perplexity(PerplexityFlags f) {
   auto engine = Engine::Create(loaded->model.get(), *opts);
   if (!engine.ok()) return Fail(engine.status().message());
 
-  const std::vector<int32_t> tokens = tok.Encode(ss.str(), /*add_special=*/true);
+  const std::vector<int32_t> tokens = tok.Encode(*text, /*add_special=*/true);
   int32_t n_chunks = static_cast<int32_t>(tokens.size() / n_ctx);
   if (f.chunks >= 0) n_chunks = std::min(n_chunks, f.chunks);
   if (n_chunks < 1) {

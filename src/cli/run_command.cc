@@ -2,9 +2,7 @@
 // and the KV cache cost.
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -28,14 +26,12 @@ struct RunFlags {
 int Run(const RunFlags& f) {
   std::string prompt = f.prompt;
   if (!f.prompt_file.empty()) {
-    std::ifstream in(f.prompt_file, std::ios::binary);
-    if (!in) {
-      std::fprintf(stderr, "kvllm run: cannot read prompt file '%s'\n", f.prompt_file.c_str());
+    auto text = ReadTextFile(f.prompt_file);
+    if (!text.ok()) {
+      std::fprintf(stderr, "kvllm run: %s\n", text.status().message().c_str());
       return 1;
     }
-    std::stringstream ss;
-    ss << in.rdbuf();
-    prompt = ss.str();
+    prompt = std::move(text).value();
   }
   auto loaded = LoadModel(f.model_path);
   if (!loaded.ok()) {

@@ -1,13 +1,12 @@
 // `kvllm tokenize`: text to token ids with a model's vocabulary (llama-tokenize's job), for
 // checking tokenizers and for tools that must tokenize exactly as kvllm does.
 #include <cstdio>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/common.h"
 #include "gguf/gguf_file.h"
 #include "tokenizer/tokenizer.h"
 
@@ -25,14 +24,12 @@ struct TokenizeFlags {
 int Tokenize(const TokenizeFlags& f) {
   std::string text = f.prompt;
   if (!f.file.empty()) {
-    std::ifstream in(f.file, std::ios::binary);
-    if (!in) {
-      std::fprintf(stderr, "kvllm tokenize: cannot read '%s'\n", f.file.c_str());
+    auto content = ReadTextFile(f.file);
+    if (!content.ok()) {
+      std::fprintf(stderr, "kvllm tokenize: %s\n", content.status().message().c_str());
       return 1;
     }
-    std::stringstream ss;
-    ss << in.rdbuf();
-    text = ss.str();
+    text = std::move(content).value();
   }
   // Only the vocabulary is needed: a vocab-only GGUF file works too.
   auto file = gguf::GgufFile::Open(f.model_path);
