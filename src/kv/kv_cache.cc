@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <string>
+#include <unordered_map>
 
 #include "kv/hadamard.h"
 #include "kv/kivi.h"
@@ -29,42 +31,157 @@ KVCache::KVCache(KVLayout layout, int32_t num_blocks, KVWindow window)
     : layout_(layout),
       window_(window),
       pool_(num_blocks),
+      prefix_(num_blocks),
       data_(AllocateAligned(static_cast<size_t>(num_blocks) * layout.bytes_per_block()),
             &FreeAligned),
       scratch_(3 * static_cast<size_t>(layout.shape().head_dim)) {}
 
+const char* PrefixMissName(PrefixMiss m) {
+  switch (m) {
+    case PrefixMiss::kNone: return "none";
+    case PrefixMiss::kDisabled: return "disabled";
+    case PrefixMiss::kNotCached: return "not_cached";
+    case PrefixMiss::kEvicted: return "evicted";
+  }
+  return "?";
+}
+
+void KVCache::EnablePrefixCache(uint64_t identity) {
+  if (window_.enabled()) return;
+  // The formats and block size join the model's identity: K/V written in another format or
+  // laid out in other blocks is another block.
+  std::string name = std::string(layout_.k_format().name()) + "/" + layout_.v_format().name() +
+                     "/" + std::to_string(block_size());
+  std::vector<int32_t> bytes(name.begin(), name.end());
+  identity_ = HashBlock(identity, 0, bytes);
+  prefix_enabled_ = true;
+}
+
+bool KVCache::NeedsCopy(const BlockTable& t) const {
+  return t.num_tokens % block_size() != 0 && pool_.ref_count(t.blocks.back()) > 1;
+}
+
 int32_t KVCache::BlocksNeeded(SeqId seq, int32_t n_new) const {
   auto it = seqs_.find(seq);
-  int32_t have_tokens = it == seqs_.end() ? 0 : it->second.table.num_tokens;
-  int32_t have_blocks =
-      it == seqs_.end() ? 0 : static_cast<int32_t>(it->second.table.blocks.size());
-  return CeilDiv(have_tokens + n_new, block_size()) - have_blocks;
+  if (it == seqs_.end()) return CeilDiv(n_new, block_size());
+  const BlockTable& t = it->second.table;
+  const int32_t grow = CeilDiv(t.num_tokens + n_new, block_size()) -
+                       static_cast<int32_t>(t.blocks.size());
+  return grow + (n_new > 0 && NeedsCopy(t) ? 1 : 0);
 }
 
 bool KVCache::CanAppend(SeqId seq, int32_t n_new) const {
-  return n_new >= 0 && pool_.CanAllocate(BlocksNeeded(seq, n_new));
+  return n_new >= 0 && BlocksNeeded(seq, n_new) <= available_blocks();
+}
+
+BlockId KVCache::AllocateBlock() {
+  if (!pool_.CanAllocate(1)) pool_.Release(prefix_.EvictOldest());
+  return pool_.Allocate();
+}
+
+void KVCache::ReleaseBlock(BlockId id) {
+  pool_.Release(id);
+  if (prefix_.Contains(id) && pool_.ref_count(id) == 1) prefix_.MakeEvictable(id);
+}
+
+KVCache::SeqState& KVCache::Create(SeqId seq) {
+  auto [it, created] = seqs_.try_emplace(seq);
+  KVLLM_CHECK(created);
+  SeqState& s = it->second;
+  if (layout_.k_format().staged(KVRole::kK)) {
+    s.staged_block.assign(layout_.shape().n_layer, 0);
+    s.staging.assign(layout_.staging_bytes_per_sequence() / sizeof(uint16_t), 0);
+  }
+  return s;
 }
 
 void KVCache::Append(SeqId seq, int32_t n_new) {
   KVLLM_CHECK(CanAppend(seq, n_new));
-  int32_t need = BlocksNeeded(seq, n_new);
-  auto [it, created] = seqs_.try_emplace(seq);
-  SeqState& s = it->second;
-  if (created && layout_.k_format().staged(KVRole::kK)) {
-    s.staged_block.assign(layout_.shape().n_layer, 0);
-    s.staging.assign(layout_.staging_bytes_per_sequence() / sizeof(uint16_t), 0);
+  SeqState& s = seqs_.count(seq) != 0 ? seqs_.at(seq) : Create(seq);
+  BlockTable& t = s.table;
+  if (n_new > 0 && NeedsCopy(t)) {
+    const BlockId shared = t.blocks.back();
+    const BlockId own = AllocateBlock();
+    std::memcpy(data_.get() + static_cast<size_t>(own.value) * layout_.bytes_per_block(),
+                BlockData(shared), layout_.bytes_per_block());
+    t.blocks.back() = own;
+    ReleaseBlock(shared);
   }
-  for (int32_t i = 0; i < need; ++i) s.table.blocks.push_back(pool_.Allocate());
-  s.table.num_tokens += n_new;
+  const int32_t grow = CeilDiv(t.num_tokens + n_new, block_size()) -
+                       static_cast<int32_t>(t.blocks.size());
+  for (int32_t i = 0; i < grow; ++i) t.blocks.push_back(AllocateBlock());
+  t.num_tokens += n_new;
 }
 
 void KVCache::Free(SeqId seq) {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return;
   for (BlockId id : it->second.table.blocks) {
-    if (id.valid()) pool_.Release(id);
+    if (id.valid()) ReleaseBlock(id);
   }
   seqs_.erase(it);
+}
+
+void KVCache::Fork(SeqId src, SeqId dst) {
+  const SeqState& from = State(src);
+  KVLLM_CHECK(!Has(dst));
+  SeqState copy = from;
+  for (BlockId id : copy.table.blocks) {
+    if (id.valid()) pool_.AddRef(id);
+  }
+  seqs_.emplace(dst, std::move(copy));
+}
+
+PrefixMatch KVCache::AttachPrefix(SeqId seq, std::span<const int32_t> tokens,
+                                  int32_t max_tokens) {
+  KVLLM_CHECK(!Has(seq));
+  SeqState& s = Create(seq);
+  PrefixMatch match;
+  if (!prefix_enabled_) {
+    match.miss = PrefixMiss::kDisabled;
+    return match;
+  }
+  const int32_t bs = block_size();
+  const int32_t n_blocks =
+      std::min<int32_t>(static_cast<int32_t>(tokens.size()), max_tokens) / bs;
+  BlockHash parent = 0;
+  for (int32_t b = 0; b < n_blocks; ++b) {
+    const auto block_tokens = tokens.subspan(static_cast<size_t>(b) * bs, bs);
+    const BlockHash h = HashBlock(parent, identity_, block_tokens);
+    const BlockId id = prefix_.Find(h, block_tokens);
+    if (!id.valid()) {
+      match.miss = prefix_.WasEvicted(h) ? PrefixMiss::kEvicted : PrefixMiss::kNotCached;
+      match.miss_block = b;
+      break;
+    }
+    pool_.AddRef(id);
+    prefix_.Pin(id);
+    s.table.blocks.push_back(id);
+    s.table.num_tokens += bs;
+    parent = h;
+  }
+  s.n_hashed = static_cast<int32_t>(s.table.blocks.size());
+  s.last_hash = parent;
+  std::fill(s.staged_block.begin(), s.staged_block.end(), s.n_hashed);
+  match.tokens = s.table.num_tokens;
+  return match;
+}
+
+void KVCache::CacheFullBlocks(SeqId seq, std::span<const int32_t> computed) {
+  if (!prefix_enabled_) return;
+  SeqState& s = State(seq);
+  const int32_t bs = block_size();
+  const int32_t n_full =
+      std::min<int32_t>(static_cast<int32_t>(computed.size()), s.table.num_tokens) / bs;
+  for (int32_t b = s.n_hashed; b < n_full; ++b) {
+    const auto block_tokens = computed.subspan(static_cast<size_t>(b) * bs, bs);
+    const BlockHash h = HashBlock(s.last_hash, identity_, block_tokens);
+    const BlockId id = s.table.blocks[b];
+    // A block another sequence already cached under this hash stays private: same content.
+    if (!prefix_.Contains(id) && prefix_.Insert(h, id, block_tokens)) pool_.AddRef(id);
+    s.last_hash = h;
+  }
+  s.n_hashed = std::max(s.n_hashed, n_full);
 }
 
 void KVCache::ReleaseOutsideWindow(SeqId seq, int32_t next_pos) {
@@ -79,7 +196,7 @@ void KVCache::ReleaseOutsideWindow(SeqId seq, int32_t next_pos) {
   const int32_t last = std::min<int32_t>(begin / block_size(), blocks.size());
   for (int32_t b = first; b < last; ++b) {
     if (!blocks[b].valid()) continue;
-    pool_.Release(blocks[b]);
+    ReleaseBlock(blocks[b]);
     blocks[b] = BlockId();
   }
 }
@@ -202,14 +319,23 @@ KVStats KVCache::Stats() const {
   s.bytes_per_block = layout_.bytes_per_block();
   s.block_size = block_size();
   s.blocks_total = pool_.num_blocks();
-  s.blocks_used = pool_.num_used();
+  s.blocks_free = pool_.num_free();
+  s.blocks_cached_free = prefix_.num_evictable();
+  s.blocks_used = pool_.num_used() - s.blocks_cached_free;
+  // A shared block holds the most tokens any of its holders put in it.
+  std::unordered_map<int32_t, int32_t> filled;
   for (const auto& [seq, state] : seqs_) {
-    const auto& blocks = state.table.blocks;
-    const auto released =
-        std::count_if(blocks.begin(), blocks.end(), [](BlockId id) { return !id.valid(); });
-    s.tokens_stored += state.table.num_tokens - released * block_size();
+    const BlockTable& t = state.table;
+    for (size_t b = 0; b < t.blocks.size(); ++b) {
+      if (!t.blocks[b].valid()) continue;
+      const int32_t n =
+          std::min<int32_t>(block_size(), t.num_tokens - static_cast<int32_t>(b) * block_size());
+      int32_t& f = filled[t.blocks[b].value];
+      f = std::max(f, n);
+    }
     s.staging_bytes += state.staging.size() * sizeof(uint16_t);
   }
+  for (const auto& [block, n] : filled) s.tokens_stored += n;
   s.bytes_allocated = static_cast<size_t>(s.blocks_total) * s.bytes_per_block;
   s.bytes_used = static_cast<size_t>(s.blocks_used) * s.bytes_per_block;
   s.staging_bytes_per_sequence = layout_.staging_bytes_per_sequence();
@@ -244,7 +370,14 @@ std::string KVCache::CheckIntegrity() const {
     }
     if (staged != !state.staged_block.empty()) return name + " has no staged block per layer";
   }
+  std::string prefix_problem = prefix_.CheckIntegrity();
+  if (!prefix_problem.empty()) return "prefix cache: " + prefix_problem;
   for (int32_t i = 0; i < pool_.num_blocks(); ++i) {
+    const BlockId id(i);
+    if (prefix_.Contains(id)) ++refs[i];
+    if (prefix_.Evictable(id) != (prefix_.Contains(id) && pool_.ref_count(id) == 1)) {
+      return "block " + std::to_string(i) + " is cached-free but has other holders, or the reverse";
+    }
     if (refs[i] != pool_.ref_count(BlockId(i))) {
       return "block " + std::to_string(i) + ": ref count " +
              std::to_string(pool_.ref_count(BlockId(i))) + " but " + std::to_string(refs[i]) +

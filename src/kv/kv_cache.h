@@ -7,6 +7,13 @@
 //
 // Growth is plan-then-commit: CanAppend() changes nothing, Append() cannot fail.
 //
+// Blocks are shared by reference count: Fork() gives a second sequence the same table (n > 1
+// completions of one prompt), AttachPrefix() gives a new sequence the cached blocks of its
+// longest known prefix (prefix_cache.h). Full blocks are never written again; a shared,
+// partly filled block is copied before the first write into it (copy-on-write). The prefix
+// cache holds one reference to each block it indexes, and its cached-free blocks (no other
+// holder) count as available: Append() evicts them, least recently used first.
+//
 // K and V are written through WriteK / WriteV, which quantize into the sequence's block. A
 // KIVI K (kv_format.h) cannot be quantized one token at a time: the block being filled keeps
 // its K in f16 in the sequence's staging area, one block per layer, until SealK quantizes it:
@@ -21,6 +28,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -28,6 +37,7 @@
 #include "kv/block_pool.h"
 #include "kv/ids.h"
 #include "kv/kv_layout.h"
+#include "kv/prefix_cache.h"
 
 namespace kvllm {
 
@@ -60,15 +70,32 @@ struct KVStats {
   size_t bytes_per_block = 0;
   int32_t block_size = 0;
   int32_t blocks_total = 0;
-  int32_t blocks_used = 0;
-  int64_t tokens_stored = 0;  // token slots held, over all sequences
+  int32_t blocks_used = 0;         // held by sequences
+  int32_t blocks_cached_free = 0;  // held only by the prefix cache: reusable, evicted on need
+  int32_t blocks_free = 0;
+  int64_t tokens_stored = 0;  // distinct token positions held by sequences' blocks
   size_t bytes_allocated = 0; // the whole pool
   size_t bytes_used = 0;      // blocks_used × bytes_per_block
   // Outside the pool: the f16 staging of a KIVI K, per live sequence and in all.
   size_t staging_bytes_per_sequence = 0;
   size_t staging_bytes = 0;
-  // Slots allocated but holding no token, over all allocated slots (0 when nothing is used).
+  // Slots of the blocks_used holding no token, over those slots (0 when nothing is used).
   double fragmentation = 0;
+};
+
+// Why a prefix lookup stopped where it did.
+enum class PrefixMiss {
+  kNone,           // every block that may be reused was found
+  kDisabled,       // prefix caching is off
+  kNotCached,      // the block was never computed (or its tokens differ from any cached one)
+  kEvicted,        // the block was cached but evicted for memory
+};
+const char* PrefixMissName(PrefixMiss m);  // "none", "disabled", "not_cached", "evicted"
+
+struct PrefixMatch {
+  int32_t tokens = 0;       // tokens reused, a multiple of the block size
+  PrefixMiss miss = PrefixMiss::kNone;
+  int32_t miss_block = -1;  // logical index of the first block not reused (kNotCached/kEvicted)
 };
 
 class KVCache {
@@ -84,13 +111,31 @@ class KVCache {
   // Token capacity of the whole pool.
   int64_t capacity_tokens() const { return int64_t{num_blocks()} * block_size(); }
 
-  // Blocks a sequence needs to hold `n_new` more tokens (0 for an unknown sequence with n 0).
+  // Turns on the prefix cache. `identity` names the model; the KV formats and block size are
+  // added here. Off with a sliding window, whose released blocks cannot be a prefix.
+  void EnablePrefixCache(uint64_t identity);
+  bool prefix_cache_enabled() const { return prefix_enabled_; }
+  const PrefixCache& prefix_cache() const { return prefix_; }
+
+  // Blocks a sequence needs to hold `n_new` more tokens, copy-on-write included (0 for an
+  // unknown sequence with n 0).
   int32_t BlocksNeeded(SeqId seq, int32_t n_new) const;
+  // Free blocks plus cached-free ones.
+  int32_t available_blocks() const { return pool_.num_free() + prefix_.num_evictable(); }
   bool CanAppend(SeqId seq, int32_t n_new) const;
   // Grows `seq` (created on first use) by n_new token slots. Requires CanAppend.
   void Append(SeqId seq, int32_t n_new);
-  // Releases every block of `seq`; unknown ids are ignored.
+  // Releases every block of `seq`; unknown ids are ignored. Its indexed blocks stay cached.
   void Free(SeqId seq);
+  // `dst` (new) shares every block of `src`: same tokens, same K/V, no copy until written.
+  void Fork(SeqId src, SeqId dst);
+  // Gives the new sequence `seq` the cached blocks of the longest prefix of `tokens` that is
+  // in the cache, in whole blocks covering at most `max_tokens` tokens. Its cache then holds
+  // match.tokens positions, already computed.
+  PrefixMatch AttachPrefix(SeqId seq, std::span<const int32_t> tokens, int32_t max_tokens);
+  // Indexes the full blocks of `seq` among its first `computed.size()` positions, whose token
+  // ids are `computed` and whose K/V are written. No-op with the prefix cache off.
+  void CacheFullBlocks(SeqId seq, std::span<const int32_t> computed);
   // With a window: releases the blocks of `seq` that no query at `next_pos` or later can
   // attend to (wholly after the sinks and before the window). No-op without a window.
   void ReleaseOutsideWindow(SeqId seq, int32_t next_pos);
@@ -125,7 +170,8 @@ class KVCache {
   void ReadV(SeqId seq, int32_t layer, int32_t head, int32_t idx, float* out) const;
 
   KVStats Stats() const;
-  // Empty when pool and tables agree (every referenced block counted once per table).
+  // Empty when pool, tables and prefix cache agree: every block's ref count is its table
+  // entries plus one if the prefix cache indexes it.
   std::string CheckIntegrity() const;
 
  private:
@@ -134,10 +180,20 @@ class KVCache {
     // KIVI K only: the logical block each layer stages, and its f16 K.
     std::vector<int32_t> staged_block;  // [n_layer]
     std::vector<uint16_t> staging;      // [n_layer][n_kv_head][block_size][head_dim]
+    // Prefix cache: full blocks hashed so far, and the last one's hash (the chain's parent).
+    int32_t n_hashed = 0;
+    BlockHash last_hash = 0;
   };
 
   const SeqState& State(SeqId seq) const;
   SeqState& State(SeqId seq);
+  SeqState& Create(SeqId seq);
+  // Takes a free block, evicting the oldest cached-free block if none is free.
+  BlockId AllocateBlock();
+  // Drops one reference; a cached block left only to the cache becomes evictable.
+  void ReleaseBlock(BlockId id);
+  // Whether the last block of `t` is partly filled and shared, so that a write copies it.
+  bool NeedsCopy(const BlockTable& t) const;
   uint8_t* Block(const BlockTable& t, int32_t idx) {
     const BlockId id = t.blocks[idx / block_size()];
     KVLLM_CHECK(id.valid());
@@ -147,6 +203,9 @@ class KVCache {
   KVLayout layout_;
   KVWindow window_;
   BlockPool pool_;
+  PrefixCache prefix_;
+  bool prefix_enabled_ = false;
+  uint64_t identity_ = 0;
   // [num_blocks][bytes_per_block], 64-byte aligned
   std::unique_ptr<uint8_t[], void (*)(uint8_t*)> data_;
   std::unordered_map<SeqId, SeqState> seqs_;

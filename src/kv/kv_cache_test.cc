@@ -161,3 +161,142 @@ TEST(KVWindowTest, WindowBeginFollowsTheQuery) {
 
 }  // namespace
 }  // namespace kvllm
+
+namespace kvllm {
+namespace {
+
+// Writes a recognisable K/V for every position [from, to) of `seq`: value = token id.
+void WriteTokens(KVCache& kv, SeqId seq, const std::vector<int32_t>& tokens, int32_t from) {
+  const auto& shape = kv.layout().shape();
+  std::vector<float> row(static_cast<size_t>(shape.n_kv_head) * shape.head_dim);
+  for (int32_t pos = from; pos < static_cast<int32_t>(tokens.size()); ++pos) {
+    std::fill(row.begin(), row.end(), static_cast<float>(tokens[pos]));
+    for (int32_t l = 0; l < shape.n_layer; ++l) {
+      kv.WriteK(seq, l, pos, row.data());
+      kv.WriteV(seq, l, pos, row.data());
+    }
+  }
+}
+
+float ReadV0(const KVCache& kv, SeqId seq, int32_t pos) {
+  std::vector<float> out(kv.layout().shape().head_dim);
+  kv.ReadV(seq, 0, 0, pos, out.data());
+  return out[0];
+}
+
+// Appends and writes `tokens` to a new sequence and indexes its full blocks.
+void Prefill(KVCache& kv, SeqId seq, const std::vector<int32_t>& tokens) {
+  const int32_t have = kv.Has(seq) ? kv.Table(seq).num_tokens : 0;
+  kv.Append(seq, static_cast<int32_t>(tokens.size()) - have);
+  WriteTokens(kv, seq, tokens, have);
+  kv.CacheFullBlocks(seq, tokens);
+}
+
+std::vector<int32_t> Range(int32_t n, int32_t start = 1) {
+  std::vector<int32_t> v(n);
+  for (int32_t i = 0; i < n; ++i) v[i] = start + i;
+  return v;
+}
+
+TEST(KVCacheSharingTest, SecondSequenceReusesTheCachedPrefixInWholeBlocks) {
+  KVCache kv(MakeLayout(4, DType::kF32, DType::kF32), 16);
+  kv.EnablePrefixCache(1);
+  const auto prompt = Range(10);
+  Prefill(kv, SeqId(0), prompt);
+  EXPECT_EQ(kv.prefix_cache().num_indexed(), 2);  // blocks [0,4) and [4,8); [8,10) is partial
+
+  auto other = prompt;
+  other.push_back(77);
+  PrefixMatch m = kv.AttachPrefix(SeqId(1), other, static_cast<int32_t>(other.size()) - 1);
+  EXPECT_EQ(m.tokens, 8);
+  EXPECT_EQ(m.miss, PrefixMiss::kNone);  // block 2 may not be reused: it is partial
+  EXPECT_EQ(kv.Table(SeqId(1)).blocks[1], kv.Table(SeqId(0)).blocks[1]);
+  EXPECT_EQ(ReadV0(kv, SeqId(1), 7), 8.0f);
+  Prefill(kv, SeqId(1), other);
+  EXPECT_EQ(ReadV0(kv, SeqId(1), 10), 77.0f);
+  EXPECT_EQ(kv.CheckIntegrity(), "");
+
+  // A different first token shares nothing.
+  auto changed = prompt;
+  changed[0] = 99;
+  m = kv.AttachPrefix(SeqId(2), changed, 9);
+  EXPECT_EQ(m.tokens, 0);
+  EXPECT_EQ(m.miss_block, 0);
+  EXPECT_EQ(kv.CheckIntegrity(), "");
+}
+
+TEST(KVCacheSharingTest, FreedPrefixStaysCachedUntilMemoryIsNeeded) {
+  KVCache kv(MakeLayout(4, DType::kF32, DType::kF32), 4);
+  kv.EnablePrefixCache(1);
+  const auto a = Range(8);
+  Prefill(kv, SeqId(0), a);
+  kv.Free(SeqId(0));
+  KVStats st = kv.Stats();
+  EXPECT_EQ(st.blocks_used, 0);
+  EXPECT_EQ(st.blocks_cached_free, 2);
+  EXPECT_EQ(kv.available_blocks(), 4);
+  EXPECT_EQ(kv.CheckIntegrity(), "");
+
+  // Found again after its user left.
+  EXPECT_EQ(kv.AttachPrefix(SeqId(1), a, 7).tokens, 4);  // at most 7 tokens: one block
+  kv.Free(SeqId(1));
+
+  // A sequence needing the whole pool evicts both cached blocks.
+  ASSERT_TRUE(kv.CanAppend(SeqId(2), 16));
+  Prefill(kv, SeqId(2), Range(16, 100));
+  EXPECT_EQ(kv.prefix_cache().evictions(), 2);
+  kv.Free(SeqId(2));
+  const PrefixMatch m = kv.AttachPrefix(SeqId(3), a, 8);
+  EXPECT_EQ(m.tokens, 0);
+  EXPECT_EQ(m.miss, PrefixMiss::kEvicted);
+  kv.Free(SeqId(3));
+  EXPECT_EQ(kv.CheckIntegrity(), "");
+}
+
+TEST(KVCacheSharingTest, ForkSharesBlocksAndCopiesAPartialBlockOnWrite) {
+  KVCache kv(MakeLayout(4, DType::kF32, DType::kF32), 8);
+  auto prompt = Range(6);
+  Prefill(kv, SeqId(0), prompt);
+  kv.Fork(SeqId(0), SeqId(1));
+  EXPECT_EQ(kv.Stats().blocks_used, 2);
+  EXPECT_EQ(kv.CheckIntegrity(), "");
+
+  // The shared partial block [4,8) is copied before either writes position 6.
+  EXPECT_EQ(kv.BlocksNeeded(SeqId(1), 1), 1);
+  auto one = prompt, two = prompt;
+  one.push_back(50);
+  two.push_back(60);
+  Prefill(kv, SeqId(0), one);
+  Prefill(kv, SeqId(1), two);
+  EXPECT_EQ(ReadV0(kv, SeqId(0), 6), 50.0f);
+  EXPECT_EQ(ReadV0(kv, SeqId(1), 6), 60.0f);
+  EXPECT_EQ(ReadV0(kv, SeqId(1), 5), 6.0f);  // copied with the block
+  EXPECT_EQ(kv.Table(SeqId(0)).blocks[0], kv.Table(SeqId(1)).blocks[0]);
+  EXPECT_NE(kv.Table(SeqId(0)).blocks[1], kv.Table(SeqId(1)).blocks[1]);
+  EXPECT_EQ(kv.Stats().blocks_used, 3);
+  EXPECT_EQ(kv.CheckIntegrity(), "");
+  kv.Free(SeqId(0));
+  kv.Free(SeqId(1));
+  EXPECT_EQ(kv.Stats().blocks_free, 8);
+  EXPECT_EQ(kv.CheckIntegrity(), "");
+}
+
+TEST(KVCacheSharingTest, KiviStagingStartsAfterTheAttachedPrefix) {
+  auto l = KVLayout::Make(KVShape{2, 3, 32}, 4, KVFormat::Kivi(4), KVFormat::Kivi(4));
+  ASSERT_TRUE(l.ok());
+  KVCache kivi(*l, 8);
+  kivi.EnablePrefixCache(1);
+  const auto a = Range(8);
+  kivi.Append(SeqId(0), 8);
+  WriteTokens(kivi, SeqId(0), {a.begin(), a.begin() + 4}, 0);
+  for (int32_t layer = 0; layer < 2; ++layer) kivi.SealK(SeqId(0), layer);
+  WriteTokens(kivi, SeqId(0), a, 4);
+  for (int32_t layer = 0; layer < 2; ++layer) kivi.SealK(SeqId(0), layer);
+  kivi.CacheFullBlocks(SeqId(0), a);
+  EXPECT_EQ(kivi.AttachPrefix(SeqId(1), a, 7).tokens, 4);
+  EXPECT_EQ(kivi.Staged(SeqId(1), 0).block_idx, 1);
+  EXPECT_EQ(kivi.CheckIntegrity(), "");
+}
+
+}  // namespace
+}  // namespace kvllm
