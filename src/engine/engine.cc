@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <span>
 
 namespace kvllm {
 
@@ -11,6 +12,7 @@ const char* FinishReasonName(FinishReason r) {
     case FinishReason::kLength: return "length";
     case FinishReason::kStop: return "stop";
     case FinishReason::kContext: return "context";
+    case FinishReason::kAbort: return "abort";
   }
   return "?";
 }
@@ -24,16 +26,26 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(Model* model, const EngineOptio
   if (opts.kv_window < 0 || opts.kv_sinks < 0) {
     return Status::Error("--kv-window and --kv-sinks must not be negative");
   }
+  if (opts.scheduler.max_num_seqs < 1 || opts.scheduler.max_num_batched_tokens < 1) {
+    return Status::Error("--max-num-seqs and --max-num-batched-tokens must be at least 1");
+  }
   if (opts.kv_window == 0) {
     opts.kv_window = model->config().sliding_window;
     opts.kv_sinks = 0;
   }
+  opts.scheduler.kv_cache = opts.kv_cache;
   auto kv = std::make_unique<KVCache>(layout, num_blocks, KVWindow{opts.kv_window, opts.kv_sinks});
+  if (opts.prefix_caching && opts.kv_cache) kv->EnablePrefixCache(model->identity());
+  opts.prefix_caching = kv->prefix_cache_enabled();
   return std::unique_ptr<Engine>(new Engine(model, opts, std::move(kv)));
 }
 
 Engine::Engine(Model* model, const EngineOptions& options, std::unique_ptr<KVCache> kv)
-    : model_(model), options_(options), kv_(std::move(kv)), pool_(options.n_threads) {}
+    : model_(model),
+      options_(options),
+      kv_(std::move(kv)),
+      scheduler_(options.scheduler, kv_.get()),
+      pool_(options.n_threads) {}
 
 Status Engine::ValidateTokens(const std::vector<int32_t>& tokens) const {
   const int32_t n_vocab = model_->config().n_vocab;
@@ -54,12 +66,37 @@ Status Engine::ValidateTokens(const std::vector<int32_t>& tokens) const {
   return Status::Ok();
 }
 
+int64_t Engine::ContextLimit() const {
+  // With a window and the cache, old blocks are released as the sequence grows: only the pool
+  // bounds it. Otherwise every position needs its slot.
+  const bool bounded = !(kv_->window().enabled() && options_.kv_cache);
+  return bounded ? std::min<int64_t>(kv_->capacity_tokens(), options_.ctx_size)
+                 : std::numeric_limits<int32_t>::max();
+}
+
 StatusOr<SeqId> Engine::Add(Request request) {
   if (request.prompt.empty()) return Status::Error("the prompt is empty");
+  if (request.n < 1) return Status::Error("n must be at least 1");
   KVLLM_RETURN_IF_ERROR(ValidateTokens(request.prompt));
-  SeqId id(next_seq_++);
-  seqs_.push_back(std::make_unique<Sequence>(id, std::move(request)));
-  return id;
+  const auto now = SequenceTimings::Clock::now();
+  const SeqId first(next_seq_);
+  Sequence* leader = nullptr;
+  for (int32_t i = 0; i < request.n; ++i) {
+    Request r{request.prompt, request.params, 1};
+    uint64_t& seed = r.params.sampling.seed;
+    if (seed != SamplingParams::kRandomSeed) seed += static_cast<uint64_t>(i);
+    seqs_.push_back(std::make_unique<Sequence>(SeqId(next_seq_++), std::move(r)));
+    Sequence* s = seqs_.back().get();
+    s->timings.arrival = now;
+    if (leader == nullptr) {
+      leader = s;
+      scheduler_.AddWaiting(s);
+    } else {
+      s->fork_of = leader;
+      leader->pending_forks.push_back(s);
+    }
+  }
+  return first;
 }
 
 bool Engine::HasUnfinished() const {
@@ -69,63 +106,93 @@ bool Engine::HasUnfinished() const {
 void Engine::Step(std::vector<TokenEvent>* events) {
   batch_.Clear();
   batch_seqs_.clear();
-  // With a window and the cache, old blocks are released as the sequence grows: only the pool
-  // bounds it. Otherwise every position needs its slot.
-  const bool bounded = !(kv_->window().enabled() && options_.kv_cache);
-  const int64_t ctx_limit = bounded ? std::min<int64_t>(kv_->capacity_tokens(), options_.ctx_size)
-                                    : std::numeric_limits<int32_t>::max();
-  for (auto& s : seqs_) {
-    if (s->finished()) continue;
-    const int32_t n_tokens = static_cast<int32_t>(s->tokens.size());
-    if (!options_.kv_cache) {
-      kv_->Free(s->id);
-      s->n_cached = 0;
+  chunks_ = scheduler_.Schedule(ContextLimit());
+  if (chunks_.empty()) return;
+  for (const ScheduledChunk& c : chunks_) {
+    Sequence& s = *c.seq;
+    const int32_t end = s.n_cached + c.n_tokens;
+    const auto total = static_cast<int32_t>(s.tokens.size());
+    for (int32_t i = s.n_cached; i < end; ++i) {
+      batch_.Add(s.tokens[i], /*pos=*/i, s.id, /*want_logits=*/i == total - 1);
     }
-    const int32_t n_new = n_tokens - s->n_cached;
-    if (n_tokens > ctx_limit || !kv_->CanAppend(s->id, n_new)) {
-      s->finish = FinishReason::kContext;
-      continue;
-    }
-    kv_->Append(s->id, n_new);
-    for (int32_t i = s->n_cached; i < n_tokens; ++i) {
-      batch_.Add(s->tokens[i], /*pos=*/i, s->id, /*want_logits=*/i == n_tokens - 1);
-    }
-    batch_seqs_.push_back(s.get());
+    if (end == total) batch_seqs_.push_back(&s);
   }
-  if (batch_seqs_.empty()) return;
 
   const int32_t n_vocab = model_->config().n_vocab;
   logits_.resize(batch_seqs_.size() * static_cast<size_t>(n_vocab));
   const auto t0 = std::chrono::steady_clock::now();
   model_->Forward(batch_, *kv_, pool_, logits_.data());
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 
-  for (size_t r = 0; r < batch_seqs_.size(); ++r) {
-    Sequence& s = *batch_seqs_[r];
-    const bool prefill = s.n_generated() == 0;
-    const int32_t computed = static_cast<int32_t>(s.tokens.size()) - s.n_cached;
-    s.n_cached = static_cast<int32_t>(s.tokens.size());
-    const int32_t token = s.sampler.Sample(&logits_[r * n_vocab], n_vocab, s.tokens);
-    s.tokens.push_back(token);
-    const auto& stop = s.params.stop_tokens;
-    if (std::find(stop.begin(), stop.end(), token) != stop.end()) {
-      s.finish = FinishReason::kStop;
-    } else if (s.params.max_tokens >= 0 && s.n_generated() >= s.params.max_tokens) {
-      s.finish = FinishReason::kLength;
-    } else if (static_cast<int64_t>(s.tokens.size()) > ctx_limit) {
-      s.finish = FinishReason::kContext;
-    }
-    const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (prefill) {
-      s.timings.prefill_ms = ms;
-      s.timings.prefill_tokens = computed;
+  for (const ScheduledChunk& c : chunks_) {
+    Sequence& s = *c.seq;
+    s.n_cached += c.n_tokens;
+    kv_->CacheFullBlocks(s.id, std::span<const int32_t>(s.tokens.data(), s.n_cached));
+    if (s.n_generated() == 0) {
+      s.timings.prefill_ms += ms;
+      s.timings.prefill_tokens += c.n_tokens;
     } else {
       s.timings.decode_ms += ms;
-      ++s.timings.decode_steps;
     }
-    events->push_back(TokenEvent{s.id, token, s.finish});
-    kv_->ReleaseOutsideWindow(s.id, s.n_cached);
   }
+  for (size_t r = 0; r < batch_seqs_.size(); ++r) {
+    Sequence& s = *batch_seqs_[r];
+    const float* row = &logits_[r * n_vocab];
+    if (s.n_generated() > 0) ++s.timings.decode_steps;
+    SampleNext(s, row, events);
+    if (!s.pending_forks.empty()) ForkPending(s, row, events);
+  }
+}
+
+void Engine::SampleNext(Sequence& s, const float* logits, std::vector<TokenEvent>* events) {
+  const int32_t n_vocab = model_->config().n_vocab;
+  const int32_t token = s.sampler.Sample(logits, n_vocab, s.tokens);
+  s.tokens.push_back(token);
+  if (s.n_generated() == 1) s.timings.first_token = SequenceTimings::Clock::now();
+  const auto& stop = s.params.stop_tokens;
+  if (std::find(stop.begin(), stop.end(), token) != stop.end()) {
+    s.finish = FinishReason::kStop;
+  } else if (s.params.max_tokens >= 0 && s.n_generated() >= s.params.max_tokens) {
+    s.finish = FinishReason::kLength;
+  } else if (static_cast<int64_t>(s.tokens.size()) > ContextLimit()) {
+    s.finish = FinishReason::kContext;
+  }
+  events->push_back(TokenEvent{s.id, token, s.finish});
+  if (s.finished()) scheduler_.Remove(&s);
+  kv_->ReleaseOutsideWindow(s.id, s.n_cached);
+}
+
+void Engine::ForkPending(Sequence& leader, const float* logits, std::vector<TokenEvent>* events) {
+  for (Sequence* sib : leader.pending_forks) {
+    kv_->Fork(leader.id, sib->id);
+    sib->fork_of = nullptr;
+    sib->n_cached = leader.n_cached;
+    sib->prefix = leader.prefix;
+    sib->prefix_looked_up = true;
+    sib->timings.prefill_ms = leader.timings.prefill_ms;
+    sib->timings.prefill_tokens = leader.timings.prefill_tokens;
+    scheduler_.AddRunning(sib);
+    SampleNext(*sib, logits, events);
+  }
+  leader.pending_forks.clear();
+}
+
+void Engine::Finish(SeqId seq, FinishReason reason) {
+  Sequence* s = Find(seq);
+  if (s == nullptr || s->finished()) return;
+  s->finish = reason;
+  scheduler_.Remove(s);
+  if (s->fork_of != nullptr) {
+    std::erase(s->fork_of->pending_forks, s);
+    s->fork_of = nullptr;
+  }
+  // Completions that waited for this prompt now prefill it themselves (mostly prefix hits).
+  for (Sequence* p : s->pending_forks) {
+    p->fork_of = nullptr;
+    scheduler_.AddWaiting(p);
+  }
+  s->pending_forks.clear();
 }
 
 Sequence* Engine::Find(SeqId seq) {
@@ -154,10 +221,15 @@ Status Engine::Continue(SeqId seq, const std::vector<int32_t>& tokens, int32_t m
     kv_->Free(s->id);
     s->n_cached = 0;
   }
+  s->reuse_prefix = keep_cache;
+  s->prefix_looked_up = false;
+  s->prefix = PrefixMatch{};
   s->n_prompt = static_cast<int32_t>(s->tokens.size());
   s->params.max_tokens = max_tokens;
   s->finish = FinishReason::kNone;
   s->timings = SequenceTimings{};
+  s->timings.arrival = SequenceTimings::Clock::now();
+  scheduler_.AddWaiting(s);
   return Status::Ok();
 }
 
@@ -180,6 +252,7 @@ Status Engine::Evaluate(const std::vector<int32_t>& tokens, int32_t first_row,
 }
 
 void Engine::Release(SeqId seq) {
+  Finish(seq, FinishReason::kAbort);
   kv_->Free(seq);
   std::erase_if(seqs_, [seq](const auto& s) { return s->id == seq; });
 }

@@ -1,7 +1,10 @@
 // Engine: runs requests over one Model and one paged KVCache, one step at a time. Every
-// step builds one ForwardBatch from all running sequences — a new sequence's whole prompt
-// (prefill) and one token for each other sequence (decode) — runs one forward pass and
-// samples one token per sequence. The CLI and the benchmarks drive this same loop.
+// step the Scheduler picks the tokens (one per decoding sequence, then chunks of prompts,
+// within --max-num-batched-tokens), the Engine builds one ForwardBatch of them all, runs one
+// forward pass (matrix x matrix over every token of the step) and samples one token for each
+// sequence whose chunk reached its end. Full blocks enter the prefix cache as they are
+// computed; n > 1 completions fork the prompt's blocks once it is prefilled. The CLI, the
+// server and the benchmarks drive this same loop.
 //
 // With `kv_cache = false` (the baseline) every step forgets the sequence's cache and
 // recomputes all of its tokens through the same forward pass; outputs are the same tokens.
@@ -17,6 +20,7 @@
 
 #include "base/status.h"
 #include "engine/request.h"
+#include "engine/scheduler.h"
 #include "kv/kv_cache.h"
 #include "kv/kv_format.h"
 #include "model/model.h"
@@ -36,6 +40,8 @@ struct EngineOptions {
   // ctx_size: memory stays flat.
   int32_t kv_window = 0;
   int32_t kv_sinks = 0;
+  bool prefix_caching = true;  // --no-prefix-caching turns it off (the comparison)
+  SchedulerOptions scheduler;
 };
 
 struct TokenEvent {
@@ -48,14 +54,19 @@ class Engine {
  public:
   static StatusOr<std::unique_ptr<Engine>> Create(Model* model, const EngineOptions& options);
 
-  // Queues a request. Errors (nothing queued): empty prompt, token ids outside the
-  // vocabulary, a prompt that cannot fit the KV pool or the context size.
+  // Queues a request and returns the id of its first sequence; with n > 1 the others follow
+  // with consecutive ids. Errors (nothing queued): empty prompt, token ids outside the
+  // vocabulary, a prompt that cannot fit the KV pool or the context size, n < 1.
   StatusOr<SeqId> Add(Request request);
   bool HasUnfinished() const;
   // Runs one step; appends one event per sequence that produced a token. A sequence whose
   // cache cannot grow finishes (kContext) without a token: check Get(seq).finished().
   void Step(std::vector<TokenEvent>* events);
   const Sequence& Get(SeqId seq) const;
+  bool Has(SeqId seq) const { return const_cast<Engine*>(this)->Find(seq) != nullptr; }
+  // Ends an unfinished sequence now (a cancelled request, a stop string the caller matched);
+  // it stays readable until Release.
+  void Finish(SeqId seq, FinishReason reason);
   // Gives a finished sequence more tokens and runs it again: the next turn of a chat. With
   // `keep_cache` its K/V stays and only the new tokens are prefilled; without, the whole
   // sequence is prefilled again (the comparison baseline). A stop token that ended the last
@@ -70,6 +81,7 @@ class Engine {
   void Release(SeqId seq);
 
   const KVCache& kv() const { return *kv_; }
+  const Scheduler& scheduler() const { return scheduler_; }
   const EngineOptions& options() const { return options_; }
   const Model& model() const { return *model_; }
 
@@ -77,14 +89,21 @@ class Engine {
   Engine(Model* model, const EngineOptions& options, std::unique_ptr<KVCache> kv);
   Sequence* Find(SeqId seq);
   Status ValidateTokens(const std::vector<int32_t>& tokens) const;
+  // Samples the next token of `s` from its logits row and applies the stop rules.
+  void SampleNext(Sequence& s, const float* logits, std::vector<TokenEvent>* events);
+  // Gives each completion waiting on `leader` its own copy of the prompt's cache.
+  void ForkPending(Sequence& leader, const float* logits, std::vector<TokenEvent>* events);
+  int64_t ContextLimit() const;
 
   Model* model_;
   EngineOptions options_;
   std::unique_ptr<KVCache> kv_;
+  Scheduler scheduler_;
   ThreadPool pool_;
   int32_t next_seq_ = 0;
   std::vector<std::unique_ptr<Sequence>> seqs_;  // in arrival order
   ForwardBatch batch_;
+  std::vector<ScheduledChunk> chunks_;  // this step's plan
   std::vector<Sequence*> batch_seqs_;  // sequence of each logits row
   std::vector<float> logits_;          // [rows][n_vocab]
 };

@@ -13,10 +13,12 @@
 // Strings are u64 length + bytes (no NUL). Arrays are u32 element type, u64 count, elements.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -101,6 +103,10 @@ class GgufFile {
   uint64_t data_offset() const { return data_offset_; }
   size_t file_size() const { return size_; }
   const std::string& path() const { return path_; }
+  // The bytes before the tensor data: metadata and tensor layout (a model's identity).
+  std::span<const uint8_t> header() const {
+    return {data_, static_cast<size_t>(std::min<uint64_t>(data_offset_, size_))};
+  }
 
   // Metadata in file order.
   const std::vector<std::pair<std::string, Value>>& metadata() const { return metadata_; }

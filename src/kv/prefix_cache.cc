@@ -8,6 +8,8 @@
 
 namespace kvllm {
 
+uint64_t HashBytes(std::span<const uint8_t> bytes) { return XXH3_64bits(bytes.data(), bytes.size()); }
+
 BlockHash HashBlock(BlockHash parent, uint64_t identity, std::span<const int32_t> tokens) {
   const uint64_t head[2] = {parent, identity};
   return XXH3_64bits_withSeed(tokens.data(), tokens.size_bytes(), XXH3_64bits(head, sizeof(head)));

@@ -29,6 +29,9 @@ namespace kvllm {
 
 using BlockHash = uint64_t;
 
+// XXH3 of a byte string (a model file's header names the model).
+uint64_t HashBytes(std::span<const uint8_t> bytes);
+
 // Hash of a block from its parent's hash (0 for the first block), the cache identity and the
 // block's token ids (XXH3).
 BlockHash HashBlock(BlockHash parent, uint64_t identity, std::span<const int32_t> tokens);

@@ -62,6 +62,9 @@ class Model {
   const ModelConfig& config() const { return config_; }
   const Weights& weights() const { return weights_; }
   const gguf::GgufFile& file() const { return file_; }
+  // Hash of the file's metadata and tensor layout: K/V computed by models with different
+  // identities are never mixed (prefix cache, stored KV).
+  uint64_t identity() const { return identity_; }
   KVShape kv_shape() const { return KVShape{config_.n_layer, config_.n_kv_head, config_.head_dim}; }
 
   // Runs the batch: every token's cache slot must already be reserved in `kv` (its sequence
@@ -81,6 +84,7 @@ class Model {
 
   gguf::GgufFile file_;
   ModelConfig config_;
+  uint64_t identity_ = 0;
   Weights weights_;
   std::vector<float> inv_freq_;  // [n_rot/2] RoPE frequencies
 
