@@ -43,6 +43,13 @@ void EngineFlags::Register(CLI::App* app) {
       ->capture_default_str();
   app->add_option("--kv-mem", kv_mem,
                   "memory the KV cache may take, e.g. 512M or 2G (default: what is available)");
+  app->add_option("--max-num-seqs", max_num_seqs, "sequences batched in one step at most")
+      ->capture_default_str();
+  app->add_option("--max-num-batched-tokens", max_num_batched_tokens,
+                  "tokens computed in one step at most (decode tokens, then prefill chunks)")
+      ->capture_default_str();
+  app->add_flag("--no-prefix-caching", no_prefix_caching,
+                "do not reuse the KV of a prompt prefix computed before (for comparison)");
 }
 
 StatusOr<EngineOptions> EngineFlags::ToOptions(const Model& model) const {
@@ -65,6 +72,9 @@ StatusOr<EngineOptions> EngineFlags::ToOptions(const Model& model) const {
   o.ctx_size = ctx_size;
   o.kv_window = kv_window;
   o.kv_sinks = kv_window > 0 ? kv_sinks : 0;
+  o.prefix_caching = !no_prefix_caching;
+  o.scheduler.max_num_seqs = max_num_seqs;
+  o.scheduler.max_num_batched_tokens = max_num_batched_tokens;
   KVLLM_ASSIGN_OR_RETURN(KVLayout layout, KVLayout::Make(model.kv_shape(), o.block_size,
                                                          o.k_type, o.v_type));
   uint64_t budget = 0;

@@ -33,6 +33,9 @@ struct EngineFlags {
   int32_t kv_window = 0;
   int32_t kv_sinks = 4;
   std::string kv_mem;  // memory the KV pool may take ("2G"); default: what is available
+  int32_t max_num_seqs = 64;
+  int32_t max_num_batched_tokens = 2048;
+  bool no_prefix_caching = false;
 
   void Register(CLI::App* app);
   // Resolves formats and the context size. The default context is the model's, capped so the
