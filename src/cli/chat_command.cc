@@ -115,7 +115,7 @@ class ChatSession {
   GenerationParams Params() const {
     GenerationParams p;
     p.max_tokens = flags_.n_predict;
-    p.stop_tokens = EndOfGenerationTokens(tok_);
+    p.stop_tokens = tok_.EogTokens();
     p.sampling = flags_.sampling.ToParams();
     return p;
   }
@@ -135,19 +135,10 @@ int Chat(const ChatFlags& f) {
     std::fprintf(stderr, "kvllm chat: %s\n", loaded.status().message().c_str());
     return 1;
   }
-  std::optional<ChatTemplate> tmpl;
-  if (!f.chat_template.empty()) {
-    tmpl = ChatTemplate::FromName(f.chat_template);
-    if (!tmpl) {
-      std::string names;
-      for (const std::string& n : ChatTemplate::Names()) names += (names.empty() ? "" : ", ") + n;
-      std::fprintf(stderr, "kvllm chat: unknown chat template '%s' (known: %s)\n",
-                   f.chat_template.c_str(), names.c_str());
-      return 1;
-    }
-  } else {
-    auto jinja = loaded->model->file().GetString("tokenizer.chat_template");
-    tmpl = ChatTemplate::Detect(jinja.ok() ? *jinja : "");
+  auto tmpl = ResolveChatTemplate(*loaded->model, f.chat_template);
+  if (!tmpl.ok()) {
+    std::fprintf(stderr, "kvllm chat: %s\n", tmpl.status().message().c_str());
+    return 1;
   }
   auto opts = f.engine.ToOptions(*loaded->model);
   if (!opts.ok()) {

@@ -17,5 +17,6 @@ Command RegisterTokenize(CLI::App* app);
 Command RegisterChat(CLI::App* app);
 Command RegisterPerplexity(CLI::App* app);
 Command RegisterKvSize(CLI::App* app);
+Command RegisterServe(CLI::App* app);
 
 }  // namespace kvllm::cli

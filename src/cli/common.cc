@@ -52,6 +52,20 @@ void EngineFlags::Register(CLI::App* app) {
                 "do not reuse the KV of a prompt prefix computed before (for comparison)");
 }
 
+StatusOr<ChatTemplate> ResolveChatTemplate(const Model& model, const std::string& name) {
+  if (name.empty()) {
+    auto jinja = model.file().GetString("tokenizer.chat_template");
+    return ChatTemplate::Detect(jinja.ok() ? *jinja : "");
+  }
+  std::optional<ChatTemplate> tmpl = ChatTemplate::FromName(name);
+  if (!tmpl) {
+    std::string names;
+    for (const std::string& n : ChatTemplate::Names()) names += (names.empty() ? "" : ", ") + n;
+    return Status::Error("unknown chat template '" + name + "' (known: " + names + ")");
+  }
+  return *tmpl;
+}
+
 StatusOr<EngineOptions> EngineFlags::ToOptions(const Model& model) const {
   EngineOptions o;
   for (auto [name, out] : {std::pair{&cache_type_k, &o.k_type}, std::pair{&cache_type_v, &o.v_type}}) {
@@ -153,13 +167,6 @@ StatusOr<std::string> ReadTextFile(const std::string& path) {
   return ss.str();
 }
 
-std::vector<int32_t> EndOfGenerationTokens(const Tokenizer& tok) {
-  std::vector<int32_t> ids;
-  for (int32_t id = 0; id < tok.vocab_size(); ++id) {
-    if (tok.IsEog(id)) ids.push_back(id);
-  }
-  return ids;
-}
 
 void RewriteLlamaShortFlags(int argc, char** argv, std::vector<std::string>* args) {
   args->clear();

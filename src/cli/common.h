@@ -11,6 +11,7 @@
 #include "base/status.h"
 #include "engine/engine.h"
 #include "model/model.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvllm::cli {
@@ -20,6 +21,9 @@ struct LoadedModel {
   std::unique_ptr<Tokenizer> tokenizer;
 };
 StatusOr<LoadedModel> LoadModel(const std::string& path);
+
+// The chat template named by --chat-template, or the one the model's GGUF declares.
+StatusOr<ChatTemplate> ResolveChatTemplate(const Model& model, const std::string& name);
 
 // Flags of the KV cache and the engine, llama.cpp's names where it has them: -c, -t, -ctk,
 // -ctv, --block-size, --no-kv-cache, --kv-window, --kv-sinks.
@@ -66,10 +70,6 @@ void RewriteLlamaShortFlags(int argc, char** argv, std::vector<std::string>* arg
 
 // The whole content of a file (prompts, texts to score), or an error naming it.
 StatusOr<std::string> ReadTextFile(const std::string& path);
-
-// Every token that ends generation (EOS, <|eot_id|>, <|im_end|>, ...): the stop list of
-// run and chat.
-std::vector<int32_t> EndOfGenerationTokens(const Tokenizer& tok);
 
 std::string FormatBytes(double bytes);   // "1.50 MiB"
 StatusOr<uint64_t> ParseBytes(const std::string& text);  // "512M", "2G", "1.5GiB", "1000"

@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   add(RegisterBench);
   add(RegisterTokenize);
   add(RegisterKvSize);
+  add(RegisterServe);
 
   std::vector<std::string> args;
   RewriteLlamaShortFlags(argc, argv, &args);

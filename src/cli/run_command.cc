@@ -55,7 +55,7 @@ int Run(const RunFlags& f) {
   req.prompt = tok.Encode(prompt, /*add_special=*/true);
   req.params.max_tokens = f.n_predict;
   req.params.sampling = f.sampling.ToParams();
-  if (!f.ignore_eos) req.params.stop_tokens = EndOfGenerationTokens(tok);
+  if (!f.ignore_eos) req.params.stop_tokens = tok.EogTokens();
   auto seq = (*engine)->Add(std::move(req));
   if (!seq.ok()) {
     std::fprintf(stderr, "kvllm run: %s\n", seq.status().message().c_str());

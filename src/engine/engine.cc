@@ -127,6 +127,7 @@ void Engine::Step(std::vector<TokenEvent>* events) {
 
   for (const ScheduledChunk& c : chunks_) {
     Sequence& s = *c.seq;
+    if (s.timings.scheduled == SequenceTimings::Clock::time_point{}) s.timings.scheduled = t0;
     s.n_cached += c.n_tokens;
     kv_->CacheFullBlocks(s.id, std::span<const int32_t>(s.tokens.data(), s.n_cached));
     if (s.n_generated() == 0) {
@@ -187,12 +188,16 @@ void Engine::Finish(SeqId seq, FinishReason reason) {
     std::erase(s->fork_of->pending_forks, s);
     s->fork_of = nullptr;
   }
+  DetachForks(*s);
+}
+
+void Engine::DetachForks(Sequence& s) {
   // Completions that waited for this prompt now prefill it themselves (mostly prefix hits).
-  for (Sequence* p : s->pending_forks) {
+  for (Sequence* p : s.pending_forks) {
     p->fork_of = nullptr;
     scheduler_.AddWaiting(p);
   }
-  s->pending_forks.clear();
+  s.pending_forks.clear();
 }
 
 Sequence* Engine::Find(SeqId seq) {
@@ -253,6 +258,7 @@ Status Engine::Evaluate(const std::vector<int32_t>& tokens, int32_t first_row,
 
 void Engine::Release(SeqId seq) {
   Finish(seq, FinishReason::kAbort);
+  if (Sequence* s = Find(seq)) DetachForks(*s);
   kv_->Free(seq);
   std::erase_if(seqs_, [seq](const auto& s) { return s->id == seq; });
 }

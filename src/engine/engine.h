@@ -94,6 +94,8 @@ class Engine {
   // Gives each completion waiting on `leader` its own copy of the prompt's cache.
   void ForkPending(Sequence& leader, const float* logits, std::vector<TokenEvent>* events);
   int64_t ContextLimit() const;
+  // Sends the completions waiting on `s` to the queue on their own.
+  void DetachForks(Sequence& s);
 
   Model* model_;
   EngineOptions options_;

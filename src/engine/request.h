@@ -44,6 +44,7 @@ struct SequenceTimings {
   int32_t prefill_tokens = 0;  // prompt tokens computed (not reused from the cache)
   int32_t decode_steps = 0;
   Clock::time_point arrival;      // Add() or Continue()
+  Clock::time_point scheduled;    // the first step that computed any of it
   Clock::time_point first_token;  // when the first token was sampled
 };
 

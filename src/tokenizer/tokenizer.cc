@@ -215,4 +215,12 @@ bool Tokenizer::IsEog(TokenId id) const {
   return id == eos_ || std::find(eog_.begin(), eog_.end(), id) != eog_.end();
 }
 
+std::vector<TokenId> Tokenizer::EogTokens() const {
+  std::vector<TokenId> ids;
+  for (TokenId id = 0; id < vocab_size(); ++id) {
+    if (IsEog(id)) ids.push_back(id);
+  }
+  return ids;
+}
+
 }  // namespace kvllm

@@ -50,6 +50,8 @@ class Tokenizer {
   bool IsControl(TokenId id) const;
   // End of generation: eos, and end-of-turn tokens (Vocab::eog).
   bool IsEog(TokenId id) const;
+  // Every end-of-generation token: the stop tokens of a generation.
+  std::vector<TokenId> EogTokens() const;
 
  private:
   // What TokenToPiece returns for each token.
