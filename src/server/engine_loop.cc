@@ -277,7 +277,7 @@ void EngineLoop::FinishChoice(Active& a, int32_t index, const std::string& reaso
     const Sequence& s = engine_->Get(c.seq);
     a.cached_tokens = s.cached_tokens();
     if (recent_.size() >= options_.recent_requests) recent_.pop_front();
-    recent_.push_back(Recent{a.params.request_id, s.n_prompt, s.prefix});
+    recent_.push_back(Recent{a.params.request_id, s.n_prompt, s.timings.prefill_tokens, s.prefix});
   }
   engine_->Release(c.seq);
   by_seq_.erase(c.seq.value);
@@ -383,6 +383,7 @@ nlohmann::json EngineLoop::KvJson() {
       json m = {{"id", r.request_id},
                 {"prompt_tokens", r.prompt_tokens},
                 {"cached_tokens", r.prefix.tokens},
+                {"prefilled_tokens", r.prefilled_tokens},
                 {"miss", PrefixMissName(r.prefix.miss)}};
       if (r.prefix.miss_block >= 0) {
         m["miss_block"] = r.prefix.miss_block;

@@ -116,6 +116,7 @@ class EngineLoop {
   struct Recent {
     std::string request_id;
     int32_t prompt_tokens;
+    int32_t prefilled_tokens;  // prompt tokens computed (the rest came from the cache)
     PrefixMatch prefix;
   };
 

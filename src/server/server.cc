@@ -1,6 +1,8 @@
 #include "server/server.h"
 
 #include <algorithm>
+#include <sys/socket.h>
+
 #include <ctime>
 
 #include <httplib.h>
@@ -51,6 +53,13 @@ Server::Server(ServerOptions options, EngineLoop* loop, Metrics* metrics,
       options_.http_threads > 0 ? options_.http_threads : std::max(8, max_num_seqs + 8);
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http_->set_payload_max_length(options_.max_body_bytes);
+  // httplib's default options set SO_REUSEPORT, which lets a second server take the same port
+  // and split the traffic silently; SO_REUSEADDR alone only allows a quick restart.
+  http_->set_socket_options([this](socket_t fd) {
+    int yes = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    listen_fd_ = fd;
+  });
   Routes();
 }
 
@@ -67,6 +76,9 @@ Status Server::Bind() {
     return Status::Error("cannot listen on " + options_.host + ":" +
                          std::to_string(options_.port) + " (in use, or not an address here)");
   }
+  // httplib listens with a backlog of 5: a burst of clients (32 streams at once) overflows it
+  // and the kernel resets connections. Listening again on the socket raises the backlog.
+  if (listen_fd_ >= 0) ::listen(listen_fd_, SOMAXCONN);
   return Status::Ok();
 }
 

@@ -60,6 +60,7 @@ class Server {
   ChatTemplate template_;
   std::unique_ptr<httplib::Server> http_;
   int port_ = 0;
+  int listen_fd_ = -1;
   std::atomic<int64_t> next_id_{0};
 };
 
