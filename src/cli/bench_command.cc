@@ -106,6 +106,9 @@ int Bench(BenchFlags f) {
                  (opts.ok() ? nocache_opts.status() : opts.status()).message().c_str());
     return 1;
   }
+  // Every row measures computation: a prompt found in the prefix cache would not be computed
+  // (the depth table's prompts share prefixes). Prefix reuse is measured by bench-serve.
+  opts->prefix_caching = false;
   auto cached = Engine::Create(model->get(), *opts);
   auto nocache = Engine::Create(model->get(), *nocache_opts);
   if (!cached.ok() || !nocache.ok()) {
