@@ -97,6 +97,37 @@ TEST(BatchingTest, ChunkedPrefillWithASmallBudgetMatchesSoloRuns) {
   ReleaseAllAndCheckClean(**engine, ids);
 }
 
+// Prefill cut into chunks that end mid-block (7 tokens per step) computes what one whole
+// prefill does, in every KV format, KIVI's staged K included; and a prefix hit does too.
+TEST(BatchingTest, ChunkedPrefillAndPrefixHitsMatchWholePrefillInEveryFormat) {
+  // head_dim 32: the quantized formats' block size
+  auto loaded = Model::Load(TestModel("tiny-hd32-f32-s3", "--preset tiny --type f32 --seed 3 "
+                                      "--dim 128 --n-heads 4 --n-kv-heads 2 --ffn 256"));
+  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+  auto model = std::move(loaded).value();
+  const auto prompt = Prompt(6, 70);
+  for (const char* name : {"f16", "q8_0", "q4_0r", "k4", "k2"}) {
+    EngineOptions whole = F32Kv();
+    whole.k_type = *KVFormat::FromName(name);
+    whole.v_type = *KVFormat::FromName(name == std::string("q4_0r") ? "q4_0" : name);
+    EngineOptions chunked = whole;
+    chunked.scheduler.max_num_batched_tokens = 7;
+    const auto expected = Solo(model.get(), Make(prompt, 8), whole);
+    EXPECT_EQ(Solo(model.get(), Make(prompt, 8), chunked), expected) << name;
+    // The same prompt twice on one engine: the second run reuses 64 tokens from the cache.
+    auto engine = Engine::Create(model.get(), chunked);
+    ASSERT_TRUE(engine.ok());
+    SeqId a = (*engine)->Add(Make(prompt, 8)).value();
+    RunAll(**engine);
+    SeqId b = (*engine)->Add(Make(prompt, 8)).value();
+    RunAll(**engine);
+    EXPECT_EQ((*engine)->Get(b).cached_tokens(), 64) << name;
+    EXPECT_EQ(Generated(**engine, a), expected) << name;
+    EXPECT_EQ(Generated(**engine, b), expected) << name;
+    ReleaseAllAndCheckClean(**engine, {a, b});
+  }
+}
+
 TEST(BatchingTest, PreemptionWhenThePoolRunsOutLosesNoRequest) {
   auto model = LoadTiny();
   // 6 blocks of 16 tokens; each request grows to 20 + 40 = 60 tokens (4 blocks): at most one
