@@ -7,8 +7,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cerrno>
+#include <charconv>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -192,7 +192,9 @@ Status DiskStore::Put(BlockHash hash, std::span<const uint8_t> encoded) {
   }
   const std::string path = PathOf(hash);
   const std::string folder = path.substr(0, path.rfind('/'));
-  if (mkdir(folder.c_str(), 0755) != 0 && errno != EEXIST) {
+  if (mkdir(folder.c_str(), 0755) == 0) {
+    KVLLM_RETURN_IF_ERROR(SyncFolder(dir_));  // the new folder's name must outlive a crash too
+  } else if (errno != EEXIST) {
     return Status::Error(Errno("cannot create", folder));
   }
   const std::string temp = path + "." + std::to_string(next_temp_++) + kTempSuffix;
@@ -208,6 +210,7 @@ Status DiskStore::Put(BlockHash hash, std::span<const uint8_t> encoded) {
     Insert(hash, encoded.size());
     EvictToFit();
   }
+  // Readers see the block from here on; a failure below only means a crash could lose it.
   return SyncFolder(folder);
 }
 

@@ -47,7 +47,7 @@ class DiskStore final : public KVStore {
   Status Remove(BlockHash hash) override;
   bool Contains(BlockHash hash) override;
 
-  uint64_t bytes() const;    // sum of the indexed blocks' file sizes
+  uint64_t bytes() const;  // sum of the indexed blocks' file sizes
   size_t num_blocks() const;
   int64_t evictions() const;
   // The file that holds `hash` (whether or not it exists).

@@ -1,7 +1,7 @@
 #include "kv/disk_store.h"
 
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -252,7 +252,8 @@ TEST(DiskStoreTest, KillNineMidWriteLeavesNoPartialBlock) {
     }
     // Let it write a few blocks, then kill it somewhere inside one.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (CountFiles(dir.path(), ".kvb").first < 2 && std::chrono::steady_clock::now() < deadline) {
+    while (CountFiles(dir.path(), ".kvb").first < 2 &&
+           std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(3 * round));
