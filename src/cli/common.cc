@@ -50,6 +50,13 @@ void EngineFlags::Register(CLI::App* app) {
       ->capture_default_str();
   app->add_flag("--no-prefix-caching", no_prefix_caching,
                 "do not reuse the KV of a prompt prefix computed before (for comparison)");
+  app->add_option("--kv-store-dir", kv_store_dir,
+                  "keep computed KV blocks in this directory too, so prefixes survive a restart");
+  app->add_option("--kv-store-dir-size", kv_store_dir_size,
+                  "size limit of --kv-store-dir, e.g. 20G (least recently used blocks go first; "
+                  "default: unlimited)");
+  app->add_option("--kv-store-redis", kv_store_redis,
+                  "share computed KV blocks through Redis, e.g. redis://127.0.0.1:6379/0");
 }
 
 StatusOr<ChatTemplate> ResolveChatTemplate(const Model& model, const std::string& name) {
@@ -87,6 +94,11 @@ StatusOr<EngineOptions> EngineFlags::ToOptions(const Model& model) const {
   o.kv_window = kv_window;
   o.kv_sinks = kv_window > 0 ? kv_sinks : 0;
   o.prefix_caching = !no_prefix_caching;
+  o.kv_store_dir = kv_store_dir;
+  o.kv_store_redis = kv_store_redis;
+  if (!kv_store_dir_size.empty()) {
+    KVLLM_ASSIGN_OR_RETURN(o.kv_store_dir_bytes, ParseBytes(kv_store_dir_size));
+  }
   o.scheduler.max_num_seqs = max_num_seqs;
   o.scheduler.max_num_batched_tokens = max_num_batched_tokens;
   KVLLM_ASSIGN_OR_RETURN(KVLayout layout, KVLayout::Make(model.kv_shape(), o.block_size,

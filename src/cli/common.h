@@ -40,6 +40,9 @@ struct EngineFlags {
   int32_t max_num_seqs = 64;
   int32_t max_num_batched_tokens = 2048;
   bool no_prefix_caching = false;
+  std::string kv_store_dir;
+  std::string kv_store_dir_size;  // "20G"; empty: unlimited
+  std::string kv_store_redis;
 
   void Register(CLI::App* app);
   // Resolves formats and the context size. The default context is the model's, capped so the

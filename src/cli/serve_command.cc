@@ -83,6 +83,11 @@ int Serve(const ServeFlags& f) {
                so.model_name.c_str(), WithCommas(kv.capacity_tokens()).c_str(),
                kv.layout().k_format().name(), kv.layout().v_format().name(), kv.num_blocks(),
                kv.block_size(), kv.prefix_cache_enabled() ? "on" : "off", tmpl->name());
+  if (StoreTiers* store = (*engine)->store()) {
+    std::string names;
+    for (const TierStats& t : store->stats()) names += (names.empty() ? "" : ", ") + t.name;
+    std::fprintf(stderr, "kvllm serve: persistent KV tiers: %s\n", names.c_str());
+  }
   std::fprintf(stderr, "kvllm serve: listening on http://%s:%d\n", f.host.c_str(), server.port());
 
   std::thread stopper([&] {

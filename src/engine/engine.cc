@@ -1,8 +1,12 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 #include <span>
+
+#include "kv/disk_store.h"
+#include "kv/redis_store.h"
 
 namespace kvllm {
 
@@ -37,12 +41,40 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(Model* model, const EngineOptio
   auto kv = std::make_unique<KVCache>(layout, num_blocks, KVWindow{opts.kv_window, opts.kv_sinks});
   if (opts.prefix_caching && opts.kv_cache) kv->EnablePrefixCache(model->identity());
   opts.prefix_caching = kv->prefix_cache_enabled();
-  return std::unique_ptr<Engine>(new Engine(model, opts, std::move(kv)));
+  std::unique_ptr<StoreTiers> store;
+  if (!opts.kv_store_dir.empty() || !opts.kv_store_redis.empty()) {
+    if (!opts.prefix_caching) {
+      return Status::Error("--kv-store-dir and --kv-store-redis need the prefix cache (no "
+                           "--no-prefix-caching, --no-kv-cache or --kv-window)");
+    }
+    std::vector<std::unique_ptr<KVStore>> tiers;
+    if (!opts.kv_store_dir.empty()) {
+      auto disk = DiskStore::Open(opts.kv_store_dir, opts.kv_store_dir_bytes);
+      if (!disk.ok()) return Status::Error("--kv-store-dir: " + disk.status().message());
+      tiers.push_back(std::move(*disk));
+    }
+    if (!opts.kv_store_redis.empty()) {
+      auto redis = RedisStore::Connect(opts.kv_store_redis);
+      if (redis.ok()) {
+        tiers.push_back(std::move(*redis));
+      } else {
+        std::fprintf(stderr, "kvllm: warning: --kv-store-redis: %s; running without it\n",
+                     redis.status().message().c_str());
+      }
+    }
+    if (!tiers.empty()) {
+      store = std::make_unique<StoreTiers>(kv->block_identity(), std::move(tiers));
+      kv->AttachStore(store.get());
+    }
+  }
+  return std::unique_ptr<Engine>(new Engine(model, opts, std::move(store), std::move(kv)));
 }
 
-Engine::Engine(Model* model, const EngineOptions& options, std::unique_ptr<KVCache> kv)
+Engine::Engine(Model* model, const EngineOptions& options, std::unique_ptr<StoreTiers> store,
+               std::unique_ptr<KVCache> kv)
     : model_(model),
       options_(options),
+      store_(std::move(store)),
       kv_(std::move(kv)),
       scheduler_(options.scheduler, kv_.get()),
       pool_(options.n_threads) {}

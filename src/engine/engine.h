@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <unordered_map>
+#include <string>
 #include <vector>
 
 #include "base/status.h"
@@ -41,6 +42,12 @@ struct EngineOptions {
   int32_t kv_window = 0;
   int32_t kv_sinks = 0;
   bool prefix_caching = true;  // --no-prefix-caching turns it off (the comparison)
+  // Persistent tiers under the prefix cache (need it): a directory (LRU-limited to
+  // kv_store_dir_bytes, 0 = unlimited) and a Redis URL. A Redis that cannot be reached at
+  // start is skipped with a warning; one that goes down later is a miss until it is back.
+  std::string kv_store_dir;
+  uint64_t kv_store_dir_bytes = 0;
+  std::string kv_store_redis;
   SchedulerOptions scheduler;
 };
 
@@ -81,12 +88,15 @@ class Engine {
   void Release(SeqId seq);
 
   const KVCache& kv() const { return *kv_; }
+  KVCache& mutable_kv() { return *kv_; }
+  StoreTiers* store() const { return store_.get(); }
   const Scheduler& scheduler() const { return scheduler_; }
   const EngineOptions& options() const { return options_; }
   const Model& model() const { return *model_; }
 
  private:
-  Engine(Model* model, const EngineOptions& options, std::unique_ptr<KVCache> kv);
+  Engine(Model* model, const EngineOptions& options, std::unique_ptr<StoreTiers> store,
+         std::unique_ptr<KVCache> kv);
   Sequence* Find(SeqId seq);
   Status ValidateTokens(const std::vector<int32_t>& tokens) const;
   // Samples the next token of `s` from its logits row and applies the stop rules.
@@ -99,6 +109,7 @@ class Engine {
 
   Model* model_;
   EngineOptions options_;
+  std::unique_ptr<StoreTiers> store_;  // outlives kv_, which points to it
   std::unique_ptr<KVCache> kv_;
   Scheduler scheduler_;
   ThreadPool pool_;

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -53,8 +54,39 @@ void KVCache::EnablePrefixCache(uint64_t identity) {
   std::string name = std::string(layout_.k_format().name()) + "/" + layout_.v_format().name() +
                      "/" + std::to_string(block_size());
   std::vector<int32_t> bytes(name.begin(), name.end());
+  model_identity_ = identity;
   identity_ = HashBlock(identity, 0, bytes);
   prefix_enabled_ = true;
+}
+
+BlockIdentity KVCache::block_identity() const {
+  return BlockIdentity{model_identity_, layout_.k_format().name(), layout_.v_format().name(),
+                       block_size(), layout_.bytes_per_block()};
+}
+
+BlockRecord KVCache::MakeRecord(BlockHash hash, BlockHash parent, std::span<const int32_t> tokens,
+                                BlockId id) const {
+  BlockRecord r;
+  r.hash = hash;
+  r.parent = parent;
+  r.model_identity = model_identity_;
+  r.k_format = layout_.k_format().name();
+  r.v_format = layout_.v_format().name();
+  r.block_size = block_size();
+  r.tokens.assign(tokens.begin(), tokens.end());
+  r.data.assign(BlockData(id), BlockData(id) + layout_.bytes_per_block());
+  return r;
+}
+
+BlockId KVCache::Load(const BlockRecord& r) {
+  if (available_blocks() == 0) return BlockId();
+  const BlockId id = AllocateBlock();
+  std::memcpy(data_.get() + static_cast<size_t>(id.value) * layout_.bytes_per_block(),
+              r.data.data(), layout_.bytes_per_block());
+  KVLLM_CHECK(prefix_.Insert(r.hash, id, r.tokens));
+  // The allocation's reference becomes the cache's: the block is cached-free until taken.
+  prefix_.MakeEvictable(id);
+  return id;
 }
 
 bool KVCache::NeedsCopy(const BlockTable& t) const {
@@ -148,7 +180,13 @@ PrefixMatch KVCache::AttachPrefix(SeqId seq, std::span<const int32_t> tokens,
   for (int32_t b = 0; b < n_blocks; ++b) {
     const auto block_tokens = tokens.subspan(static_cast<size_t>(b) * bs, bs);
     const BlockHash h = HashBlock(parent, identity_, block_tokens);
-    const BlockId id = prefix_.Find(h, block_tokens);
+    BlockId id = prefix_.Find(h, block_tokens);
+    if (!id.valid() && store_ != nullptr) {
+      if (std::optional<BlockRecord> r = store_->Read(h, parent, block_tokens)) {
+        id = Load(*r);
+        match.stored_tokens += id.valid() ? bs : 0;
+      }
+    }
     if (!id.valid()) {
       match.miss = prefix_.WasEvicted(h) ? PrefixMiss::kEvicted : PrefixMiss::kNotCached;
       match.miss_block = b;
@@ -178,7 +216,10 @@ void KVCache::CacheFullBlocks(SeqId seq, std::span<const int32_t> computed) {
     const BlockHash h = HashBlock(s.last_hash, identity_, block_tokens);
     const BlockId id = s.table.blocks[b];
     // A block another sequence already cached under this hash stays private: same content.
-    if (!prefix_.Contains(id) && prefix_.Insert(h, id, block_tokens)) pool_.AddRef(id);
+    if (!prefix_.Contains(id) && prefix_.Insert(h, id, block_tokens)) {
+      pool_.AddRef(id);
+      if (store_ != nullptr) store_->Write(MakeRecord(h, s.last_hash, block_tokens, id));
+    }
     s.last_hash = h;
   }
   s.n_hashed = std::max(s.n_hashed, n_full);
@@ -311,6 +352,40 @@ void KVCache::ReadV(SeqId seq, int32_t layer, int32_t head, int32_t idx, float* 
   } else {
     DequantizeRow(f.row_type(), row, out, d);
   }
+}
+
+std::vector<BlockRecord> KVCache::ExportBlocks(SeqId seq, std::span<const int32_t> tokens) const {
+  std::vector<BlockRecord> out;
+  if (!prefix_enabled_) return out;
+  const BlockTable& t = Table(seq);
+  const int32_t bs = block_size();
+  const int32_t n_full =
+      std::min<int32_t>(static_cast<int32_t>(tokens.size()), t.num_tokens) / bs;
+  BlockHash parent = 0;
+  for (int32_t b = 0; b < n_full && t.blocks[b].valid(); ++b) {
+    const auto block_tokens = tokens.subspan(static_cast<size_t>(b) * bs, bs);
+    const BlockHash h = HashBlock(parent, identity_, block_tokens);
+    out.push_back(MakeRecord(h, parent, block_tokens, t.blocks[b]));
+    parent = h;
+  }
+  return out;
+}
+
+int32_t KVCache::ImportBlocks(const std::vector<BlockRecord>& records) {
+  if (!prefix_enabled_) return 0;
+  int32_t n = 0;
+  BlockHash parent = 0;
+  for (const BlockRecord& r : records) {
+    // Only a chain from the first block can ever be found: stop at the first break.
+    if (r.parent != parent || r.hash != HashBlock(parent, identity_, r.tokens) ||
+        !CheckIdentity(r, block_identity()).ok()) {
+      break;
+    }
+    if (!prefix_.Find(r.hash, r.tokens).valid() && !Load(r).valid()) break;
+    parent = r.hash;
+    ++n;
+  }
+  return n;
 }
 
 KVStats KVCache::Stats() const {

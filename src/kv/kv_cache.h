@@ -38,6 +38,7 @@
 #include "kv/ids.h"
 #include "kv/kv_layout.h"
 #include "kv/prefix_cache.h"
+#include "kv/store_tiers.h"
 
 namespace kvllm {
 
@@ -94,6 +95,7 @@ const char* PrefixMissName(PrefixMiss m);  // "none", "disabled", "not_cached", 
 
 struct PrefixMatch {
   int32_t tokens = 0;       // tokens reused, a multiple of the block size
+  int32_t stored_tokens = 0;  // of those, read from the persistent tiers (store_tiers.h)
   PrefixMiss miss = PrefixMiss::kNone;
   int32_t miss_block = -1;  // logical index of the first block not reused (kNotCached/kEvicted)
 };
@@ -116,6 +118,13 @@ class KVCache {
   void EnablePrefixCache(uint64_t identity);
   bool prefix_cache_enabled() const { return prefix_enabled_; }
   const PrefixCache& prefix_cache() const { return prefix_; }
+  // What a stored block of this cache must match (model, formats, block size, bytes).
+  BlockIdentity block_identity() const;
+  // Persistent tiers below the prefix cache (not owned; needs the prefix cache): every newly
+  // cached full block is written to them in the background, and AttachPrefix reads the
+  // blocks memory lacks from them before giving up.
+  void AttachStore(StoreTiers* tiers) { store_ = prefix_enabled_ ? tiers : nullptr; }
+  StoreTiers* store() const { return store_; }
 
   // Blocks a sequence needs to hold `n_new` more tokens, copy-on-write included (0 for an
   // unknown sequence with n 0).
@@ -136,6 +145,12 @@ class KVCache {
   // Indexes the full blocks of `seq` among its first `computed.size()` positions, whose token
   // ids are `computed` and whose K/V are written. No-op with the prefix cache off.
   void CacheFullBlocks(SeqId seq, std::span<const int32_t> computed);
+  // Sessions: the records of the full blocks among the first `tokens.size()` positions of
+  // `seq` (tokens are its ids), and the reverse — records, in chain order, put into the prefix
+  // cache as cached-free blocks while free memory lasts. Returns the blocks imported (a record
+  // already cached counts). Both need the prefix cache.
+  std::vector<BlockRecord> ExportBlocks(SeqId seq, std::span<const int32_t> tokens) const;
+  int32_t ImportBlocks(const std::vector<BlockRecord>& records);
   // With a window: releases the blocks of `seq` that no query at `next_pos` or later can
   // attend to (wholly after the sinks and before the window). No-op without a window.
   void ReleaseOutsideWindow(SeqId seq, int32_t next_pos);
@@ -194,6 +209,11 @@ class KVCache {
   void ReleaseBlock(BlockId id);
   // Whether the last block of `t` is partly filled and shared, so that a write copies it.
   bool NeedsCopy(const BlockTable& t) const;
+  BlockRecord MakeRecord(BlockHash hash, BlockHash parent, std::span<const int32_t> tokens,
+                         BlockId id) const;
+  // Copies a stored block into a newly allocated block indexed by the prefix cache; the block
+  // is held by the cache only. Invalid when no block is available.
+  BlockId Load(const BlockRecord& r);
   uint8_t* Block(const BlockTable& t, int32_t idx) {
     const BlockId id = t.blocks[idx / block_size()];
     KVLLM_CHECK(id.valid());
@@ -205,7 +225,9 @@ class KVCache {
   BlockPool pool_;
   PrefixCache prefix_;
   bool prefix_enabled_ = false;
-  uint64_t identity_ = 0;
+  uint64_t model_identity_ = 0;
+  uint64_t identity_ = 0;  // the model's, the formats' and the block size's: seeds the chain
+  StoreTiers* store_ = nullptr;
   // [num_blocks][bytes_per_block], 64-byte aligned
   std::unique_ptr<uint8_t[], void (*)(uint8_t*)> data_;
   std::unordered_map<SeqId, SeqState> seqs_;

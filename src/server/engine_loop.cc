@@ -323,6 +323,7 @@ GaugeSnapshot EngineLoop::Gauges() {
     g.prefix_hits = c.prefix_hits;
     g.preemptions = c.preemptions;
     g.evictions = engine_->kv().prefix_cache().evictions();
+    if (engine_->store() != nullptr) g.tiers = engine_->store()->stats();
   });
   return g;
 }
@@ -378,11 +379,20 @@ nlohmann::json EngineLoop::KvJson() {
                           {"choices", choices}});
     }
     j["requests"] = requests;
+    json tiers = json::array();
+    if (engine_->store() != nullptr) {
+      for (const TierStats& t : engine_->store()->stats()) {
+        tiers.push_back({{"tier", t.name}, {"hits", t.hits}, {"misses", t.misses},
+                         {"errors", t.errors}, {"rejected", t.rejected}, {"writes", t.writes}});
+      }
+    }
+    j["store"] = tiers;
     json recent = json::array();
     for (const Recent& r : recent_) {
       json m = {{"id", r.request_id},
                 {"prompt_tokens", r.prompt_tokens},
                 {"cached_tokens", r.prefix.tokens},
+                {"stored_tokens", r.prefix.stored_tokens},
                 {"prefilled_tokens", r.prefilled_tokens},
                 {"miss", PrefixMissName(r.prefix.miss)}};
       if (r.prefix.miss_block >= 0) {

@@ -113,6 +113,30 @@ std::string Metrics::Render(const GaugeSnapshot& g) const {
           static_cast<double>(g.prefix_hits));
   Counter(&out, "kvllm:prefix_cache_evictions_total", "Cached KV blocks evicted for memory.",
           static_cast<double>(g.evictions));
+  struct TierCounter {
+    const char* name;
+    const char* help;
+    int64_t TierStats::*value;
+  };
+  static constexpr TierCounter kTierCounters[] = {
+      {"kvllm:kv_store_hits_total", "KV blocks read from a persistent tier instead of computed.",
+       &TierStats::hits},
+      {"kvllm:kv_store_misses_total", "KV blocks a persistent tier did not have.",
+       &TierStats::misses},
+      {"kvllm:kv_store_errors_total", "Failed persistent tier operations (treated as misses).",
+       &TierStats::errors},
+      {"kvllm:kv_store_rejected_total", "Stored KV blocks that failed a check and were removed.",
+       &TierStats::rejected},
+      {"kvllm:kv_store_writes_total", "KV blocks written to a persistent tier.",
+       &TierStats::writes}};
+  for (const TierCounter& c : kTierCounters) {
+    if (g.tiers.empty()) break;
+    Line(&out, c.name, "counter", c.help);
+    for (const TierStats& t : g.tiers) {
+      out += std::string(c.name) + "{tier=\"" + t.name + "\"} " +
+             Num(static_cast<double>(t.*c.value)) + "\n";
+    }
+  }
   Counter(&out, "kvllm:num_preemptions_total", "Sequences preempted for lack of KV blocks.",
           static_cast<double>(g.preemptions));
   Counter(&out, "kvllm:prompt_tokens_total", "Prompt tokens of accepted requests.",

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "kv/store_tiers.h"
+
 namespace kvllm::server {
 
 class Histogram {
@@ -38,6 +40,7 @@ struct GaugeSnapshot {
   int64_t prefix_hits = 0;     // tokens found
   int64_t preemptions = 0;
   int64_t evictions = 0;       // cached blocks evicted for memory
+  std::vector<TierStats> tiers;  // persistent tiers (disk, Redis)
 };
 
 class Metrics {
