@@ -18,84 +18,17 @@
 #include <thread>
 #include <vector>
 
+#include "redis_process.h"
+
 namespace kvllm {
 namespace {
 
+using testing::Accepting;
+using testing::FreePort;
+using testing::HaveRedisServer;
+using RedisServer = testing::RedisProcess;
+
 using Clock = std::chrono::steady_clock;
-
-// A free TCP port on 127.0.0.1 (the kernel's pick; free again once this returns).
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  KVLLM_CHECK(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-  socklen_t len = sizeof addr;
-  KVLLM_CHECK(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
-bool Accepting(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-  close(fd);
-  return ok;
-}
-
-bool HaveRedisServer() { return std::system("command -v redis-server >/dev/null 2>&1") == 0; }
-
-// A redis-server child on 127.0.0.1:port that keeps nothing on disk; killed (SIGKILL) by
-// Kill(), when the object goes, or when the test process dies, so no test leaves one running.
-class RedisServer {
- public:
-  explicit RedisServer(int port) : port_(port) { Start(); }
-  ~RedisServer() { Kill(); }
-  RedisServer(const RedisServer&) = delete;
-  RedisServer& operator=(const RedisServer&) = delete;
-
-  // Starts the server and waits (up to 10 s) until it accepts connections; ok() says whether.
-  void Start() {
-    const std::string port = std::to_string(port_);
-    pid_ = fork();
-    KVLLM_CHECK(pid_ >= 0);
-    if (pid_ == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      const int null = open("/dev/null", O_WRONLY);
-      dup2(null, STDOUT_FILENO);
-      dup2(null, STDERR_FILENO);
-      execlp("redis-server", "redis-server", "--port", port.c_str(), "--bind", "127.0.0.1",
-             "--save", "", "--appendonly", "no", static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    for (auto deadline = Clock::now() + std::chrono::seconds(10); Clock::now() < deadline;) {
-      if (Accepting(port_)) return;
-      if (waitpid(pid_, nullptr, WNOHANG) == pid_) break;  // died, e.g. the port was taken
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    Kill();
-  }
-  void Kill() {
-    if (pid_ <= 0) return;
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-    pid_ = -1;
-  }
-  bool ok() const { return pid_ > 0; }
-  pid_t pid() const { return pid_; }
-  int port() const { return port_; }
-  std::string url(int db = 0) const {
-    return "redis://127.0.0.1:" + std::to_string(port_) + "/" + std::to_string(db);
-  }
-
- private:
-  int port_;
-  pid_t pid_ = -1;
-};
 
 #define REQUIRE_REDIS_SERVER()                                                             \
   if (!HaveRedisServer()) {                                                                \
