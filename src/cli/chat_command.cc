@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/session.h"
 #include "tokenizer/chat_template.h"
 
 namespace kvllm::cli {
@@ -19,6 +20,7 @@ struct ChatFlags {
   std::string model_path;
   std::string system;
   std::string chat_template;
+  std::string session;  // file the conversation is saved to and restored from
   int32_t n_predict = 256;
   SamplingFlags sampling;
   bool no_kv_reuse = false;
@@ -35,9 +37,21 @@ class ChatSession {
   void Reset() {
     if (seq_) engine_.Release(*seq_);
     seq_.reset();
+    restored_.clear();
     messages_.clear();
     cached_text_.clear();
     if (!flags_.system.empty()) messages_.push_back({"system", flags_.system});
+  }
+
+  // Continues a conversation saved by an earlier run: its KV is in the prefix cache already.
+  void Restore(const RestoredSession& r) {
+    Reset();
+    messages_.clear();
+    for (const auto& m : r.extra.value("messages", nlohmann::json::array())) {
+      messages_.push_back({m.value("role", ""), m.value("content", "")});
+    }
+    cached_text_ = r.extra.value("text", "");
+    restored_ = r.tokens;
   }
 
   // Runs one user turn; returns false when the engine refused it (the error is printed).
@@ -45,10 +59,23 @@ class ChatSession {
     messages_.push_back({"user", user});
     const std::string full = tmpl_.Apply(messages_, /*add_generation_prompt=*/true);
     // The rendered conversation extends what the cache holds: feed only the difference.
-    const bool extends = seq_ && full.compare(0, cached_text_.size(), cached_text_) == 0;
+    const bool extends = (seq_ || !restored_.empty()) &&
+                         full.compare(0, cached_text_.size(), cached_text_) == 0;
     int32_t reused = 0;
     Status status;
-    if (extends) {
+    if (extends && !seq_) {
+      // A restored conversation: its tokens, then the new text; the prefix cache has its KV.
+      Request req;
+      req.prompt = restored_;
+      const std::vector<int32_t> delta = tok_.Encode(full.substr(cached_text_.size()),
+                                                     /*add_special=*/false, /*parse_special=*/true);
+      req.prompt.insert(req.prompt.end(), delta.begin(), delta.end());
+      req.params = Params();
+      auto id = engine_.Add(std::move(req));
+      if (id.ok()) seq_ = *id;
+      status = id.status();
+      restored_.clear();
+    } else if (extends) {
       const std::vector<int32_t> delta = tok_.Encode(full.substr(cached_text_.size()),
                                                      /*add_special=*/false, /*parse_special=*/true);
       reused = flags_.no_kv_reuse ? 0 : engine_.Get(*seq_).n_cached;
@@ -91,6 +118,8 @@ class ChatSession {
     const Sequence& s = engine_.Get(*seq_);
     messages_.push_back({"assistant", reply});
     cached_text_ = full + reply;
+    if (s.prefix_looked_up) reused = s.cached_tokens();  // a new sequence: its prefix hit
+    if (!flags_.session.empty()) Save(s);
     const SequenceTimings& t = s.timings;
     std::fprintf(stderr,
                  "[reused %d tokens from cache, prefilled %d tokens in %.1f ms, decode %.2f "
@@ -112,6 +141,19 @@ class ChatSession {
   }
 
  private:
+  // Saved after every turn, so that a crash loses at most the turn in progress.
+  void Save(const Sequence& s) const {
+    std::vector<int32_t> tokens = s.tokens;
+    if (s.finish == FinishReason::kStop) tokens.pop_back();  // a stop token is never fed
+    nlohmann::json messages = nlohmann::json::array();
+    for (const ChatMessage& m : messages_) {
+      messages.push_back({{"role", m.role}, {"content", m.content}});
+    }
+    const Status st = SaveSession(flags_.session, engine_, s.id, tokens, s.n_cached,
+                                  {{"messages", messages}, {"text", cached_text_}});
+    if (!st.ok()) std::fprintf(stderr, "kvllm chat: %s\n", st.message().c_str());
+  }
+
   GenerationParams Params() const {
     GenerationParams p;
     p.max_tokens = flags_.n_predict;
@@ -125,6 +167,7 @@ class ChatSession {
   Engine& engine_;
   const ChatTemplate tmpl_;
   std::optional<SeqId> seq_;
+  std::vector<int32_t> restored_;  // a restored conversation's tokens, until its next turn
   std::vector<ChatMessage> messages_;
   std::string cached_text_;  // the conversation text whose tokens the sequence holds
 };
@@ -157,6 +200,20 @@ int Chat(const ChatFlags& f) {
                tmpl->name(), static_cast<long long>((*engine)->kv().capacity_tokens()),
                f.no_kv_reuse ? ", re-prefilling the history every turn (--no-kv-reuse)" : "");
   ChatSession session(f, *loaded->tokenizer, **engine, *tmpl);
+  if (!f.session.empty()) {
+    auto restored = RestoreSession(f.session, **engine);
+    if (!restored.ok()) {
+      std::fprintf(stderr, "kvllm chat: %s\n", restored.status().message().c_str());
+      return 1;
+    }
+    if (*restored) {
+      session.Restore(**restored);
+      std::fprintf(stderr, "[restored session %s: %zu tokens, %d blocks of KV]\n",
+                   f.session.c_str(), (*restored)->tokens.size(), (*restored)->blocks);
+    } else {
+      std::fprintf(stderr, "[new session %s]\n", f.session.c_str());
+    }
+  }
   std::string line;
   while (true) {
     if (interactive) {
@@ -193,6 +250,9 @@ Command RegisterChat(CLI::App* app) {
       ->capture_default_str();
   f->sampling.Register(sub);
   sub->add_flag("--no-kv-reuse", f->no_kv_reuse, "re-prefill the whole history every turn");
+  sub->add_option("--session", f->session,
+                  "save the conversation and its KV to FILE after every turn, and continue it "
+                  "from there when FILE exists");
   f->engine.Register(sub);
   return [f] { return Chat(*f); };
 }

@@ -8,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/session.h"
 
 namespace kvllm::cli {
 namespace {
@@ -20,6 +21,8 @@ struct RunFlags {
   SamplingFlags sampling;
   bool ignore_eos = false;
   bool json = false;
+  std::string prompt_cache;  // llama.cpp's --prompt-cache: the prompt's KV saved and reused
+  bool prompt_cache_all = false;
   EngineFlags engine;
 };
 
@@ -49,6 +52,18 @@ int Run(const RunFlags& f) {
   if (!engine.ok()) {
     std::fprintf(stderr, "kvllm run: %s\n", engine.status().message().c_str());
     return 1;
+  }
+
+  if (!f.prompt_cache.empty()) {
+    auto restored = RestoreSession(f.prompt_cache, **engine);
+    if (!restored.ok()) {
+      std::fprintf(stderr, "kvllm run: %s\n", restored.status().message().c_str());
+      return 1;
+    }
+    if (*restored && !f.json) {
+      std::fprintf(stderr, "prompt cache %s: %zu tokens saved, %d blocks of KV restored\n",
+                   f.prompt_cache.c_str(), (*restored)->tokens.size(), (*restored)->blocks);
+    }
   }
 
   Request req;
@@ -88,6 +103,13 @@ int Run(const RunFlags& f) {
   text += tail;
 
   const Sequence& s = (*engine)->Get(*seq);
+  if (!f.prompt_cache.empty()) {
+    std::vector<int32_t> tokens = s.tokens;
+    if (!f.prompt_cache_all) tokens.resize(s.n_prompt);
+    if (s.finish == FinishReason::kStop && f.prompt_cache_all) tokens.pop_back();
+    const Status saved = SaveSession(f.prompt_cache, **engine, s.id, tokens, s.n_cached, {});
+    if (!saved.ok()) std::fprintf(stderr, "kvllm run: %s\n", saved.message().c_str());
+  }
   const KVStats kv = (*engine)->kv().Stats();
   const SequenceTimings& t = s.timings;
   const double prefill_tps = t.prefill_ms > 0 ? t.prefill_tokens * 1000.0 / t.prefill_ms : 0;
@@ -96,6 +118,7 @@ int Run(const RunFlags& f) {
   if (f.json) {
     nlohmann::json j;
     j["prompt_tokens"] = s.n_prompt;
+    j["cached_tokens"] = s.cached_tokens();
     j["generated_tokens"] = std::vector<int32_t>(s.tokens.begin() + s.n_prompt, s.tokens.end());
     j["text"] = text;
     j["finish_reason"] = FinishReasonName(s.finish);
@@ -123,8 +146,10 @@ int Run(const RunFlags& f) {
   std::fputs(tail.c_str(), stdout);
   std::fputs("\n\n", stdout);
   std::fflush(stdout);
-  std::fprintf(stderr, "prompt:   %d tokens, prefill %.1f ms (%.1f tokens/s; time to first token)\n",
-               s.n_prompt, t.prefill_ms, prefill_tps);
+  std::fprintf(stderr,
+               "prompt:   %d tokens (%d from the cache), prefill %.1f ms (%.1f tokens/s; time to "
+               "first token)\n",
+               s.n_prompt, s.cached_tokens(), t.prefill_ms, prefill_tps);
   std::fprintf(stderr, "decode:   %d tokens in %.1f ms (%.2f tokens/s)%s, stop: %s\n",
                t.decode_steps, t.decode_ms, decode_tps,
                opts->kv_cache ? "" : " [--no-kv-cache: full recompute per token]",
@@ -159,6 +184,11 @@ Command RegisterRun(CLI::App* app) {
   f->sampling.Register(sub);
   sub->add_flag("--ignore-eos", f->ignore_eos, "keep generating after end-of-sequence");
   sub->add_flag("--json", f->json, "print one JSON object at the end instead of text and summary");
+  sub->add_option("--prompt-cache", f->prompt_cache,
+                  "reuse the KV saved in FILE for the prompt's matching prefix, then save the "
+                  "prompt's KV there");
+  sub->add_flag("--prompt-cache-all", f->prompt_cache_all,
+                "with --prompt-cache, save the generated tokens' KV too");
   f->engine.Register(sub);
   return [f] { return Run(*f); };
 }
