@@ -209,6 +209,52 @@ TEST(CliTest, ChatResetStartsOver) {
   EXPECT_EQ(ReusedTokens(stats[1]), 0);
 }
 
+// A conversation saved with --session and continued by another process replies as the same
+// conversation held in one process does, prefilling only the new turn and a partial block.
+TEST(CliTest, ChatSessionContinuesAcrossProcesses) {
+  const std::string model = testing::SourceDir() + "/models/kvllm-prose.gguf";
+  const std::string session = BinaryDir() + "/cli-test-chat.session";
+  std::filesystem::remove(session);
+  const std::string chat = Kvllm() + " chat -m " + model + " --temp 0 -n 24 -ctk f32 -ctv f32";
+  std::string whole_out, whole_err, out1, err1, out2, err2;
+  ASSERT_EQ(RunCommand("printf 'Hello\\nWho are you?\\nAnd then?\\n' | " + chat, &whole_out,
+                       &whole_err), 0) << whole_err;
+  ASSERT_EQ(RunCommand("printf 'Hello\\nWho are you?\\n' | " + chat + " --session " + session,
+                       &out1, &err1), 0) << err1;
+  EXPECT_NE(err1.find("[new session"), std::string::npos) << err1;
+  ASSERT_EQ(RunCommand("printf 'And then?\\n' | " + chat + " --session " + session, &out2, &err2),
+            0) << err2;
+  EXPECT_NE(err2.find("[restored session"), std::string::npos) << err2;
+  const auto stats = LinesStartingWith(err2, "[reused ");
+  ASSERT_EQ(stats.size(), 1u) << err2;
+  EXPECT_GT(ReusedTokens(stats[0]), 48) << stats[0];
+  EXPECT_EQ(out1 + out2, whole_out);
+
+  // Another KV format cannot use it: a clear refusal, and the file is kept.
+  ASSERT_EQ(RunCommand("printf 'x\\n' | " + Kvllm() + " chat -m " + model +
+                           " -ctk q8_0 -ctv f32 --session " + session, &out2, &err2), 1);
+  EXPECT_NE(err2.find("was saved by"), std::string::npos) << err2;
+  EXPECT_TRUE(std::filesystem::exists(session));
+
+  // A damaged file is refused too, never half-used.
+  std::filesystem::resize_file(session, std::filesystem::file_size(session) / 2);
+  ASSERT_EQ(RunCommand("printf 'x\\n' | " + chat + " --session " + session, &out2, &err2), 1);
+  EXPECT_NE(err2.find("not a usable kvllm session"), std::string::npos) << err2;
+}
+
+TEST(CliTest, RunPromptCacheReusesThePromptsKv) {
+  const std::string cache = BinaryDir() + "/cli-test-run.prompt-cache";
+  std::filesystem::remove(cache);
+  const std::string flags = "-p 'one two three four five six seven eight nine ten eleven twelve "
+                            "thirteen fourteen fifteen sixteen seventeen eighteen' -n 6 --temp 0 "
+                            "-ctk f32 -ctv f32 --prompt-cache " + cache;
+  const nlohmann::json first = RunJson(flags);
+  const nlohmann::json second = RunJson(flags);
+  EXPECT_EQ(first["cached_tokens"], 0);
+  EXPECT_GE(second["cached_tokens"].get<int>(), 16);
+  EXPECT_EQ(first["generated_tokens"], second["generated_tokens"]);
+}
+
 // Perplexity of one chunk against the numpy reference's logits for the same tokens.
 TEST(CliTest, PerplexityMatchesTheReference) {
   const std::string text = testing::SourceDir() + "/README.md";
