@@ -89,6 +89,13 @@ int ServerProcess::Stop() {
   return status;
 }
 
+void ServerProcess::Crash() {
+  if (pid_ <= 0) return;
+  kill(pid_, SIGKILL);
+  WaitExit(pid_, 10000);
+  pid_ = -1;
+}
+
 std::string ServerProcess::log() const {
   std::lock_guard lock(mu_);
   return log_;

@@ -25,6 +25,8 @@ class ServerProcess {
   std::string log() const;
   // Sends SIGTERM and waits (up to 10 s) for a clean exit; returns the exit status, or -1.
   int Stop();
+  // Kills it with SIGKILL at once (a crash), and reaps it.
+  void Crash();
 
  private:
   pid_t pid_ = -1;
