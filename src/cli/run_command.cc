@@ -1,6 +1,7 @@
 // `kvllm run`: generate text for one prompt, streaming it, then report what prefill, decode
 // and the KV cache cost.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 
@@ -123,6 +124,8 @@ int Run(const RunFlags& f) {
     j["text"] = text;
     j["finish_reason"] = FinishReasonName(s.finish);
     j["prefill_ms"] = t.prefill_ms;
+    // From Add to the first token: includes reading stored KV, which prefill_ms does not.
+    j["ttft_ms"] = std::chrono::duration<double, std::milli>(t.first_token - t.arrival).count();
     j["decode_ms"] = t.decode_ms;
     j["prefill_tokens_per_s"] = prefill_tps;
     j["decode_tokens_per_s"] = decode_tps;
