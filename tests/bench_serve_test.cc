@@ -104,6 +104,20 @@ TEST(BenchServeTest, OneModeRunsAlone) {
   EXPECT_FALSE(j.contains("ratios"));
 }
 
+TEST(BenchServeTest, AListOfModesRunsInTheUsualOrder) {
+  std::string out, err;
+  ASSERT_EQ(RunCommand(Kvllm() + " bench-serve -m " + Tiny() + kFlags +
+                           " --mode reserve,paged+prefix --json",
+                       &out, &err),
+            0)
+      << err;
+  const nlohmann::json j = nlohmann::json::parse(out);
+  ASSERT_EQ(j["modes"].size(), 2u);
+  EXPECT_EQ(j["modes"][0]["mode"], "paged+prefix");
+  EXPECT_EQ(j["modes"][1]["mode"], "reserve");
+  EXPECT_TRUE(j.contains("ratios"));
+}
+
 TEST(BenchServeTest, BadFlagsAreClearErrors) {
   const std::string base = Kvllm() + " bench-serve -m " + Tiny() + " -t 2 ";
   const std::pair<std::string, std::string> cases[] = {
@@ -112,6 +126,7 @@ TEST(BenchServeTest, BadFlagsAreClearErrors) {
       {"--system-tokens 500 --user-tokens 8 --max-tokens 8", "context of 512"},
       {"--max-tokens 0", "--max-tokens"},
       {"--mode fast", "--mode"},
+      {"--mode paged,fast", "'fast'"},
       {"-c 256", "cannot reserve one whole context"},
       {"--reserve-tokens 16", "--reserve-tokens"},
       {"--no-prefix-caching", "--mode paged"},

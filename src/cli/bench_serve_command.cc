@@ -284,11 +284,29 @@ Status Validate(const ServeFlags& f, const ModelConfig& c) {
                          ") must hold a whole request: --system-tokens + --user-tokens + "
                          "--max-tokens = " + std::to_string(need));
   }
-  if (f.mode != "all" && f.mode != "paged+prefix" && f.mode != "paged" && f.mode != "reserve") {
-    return Status::Error("--mode must be all, paged+prefix, paged or reserve (got '" + f.mode +
-                         "')");
-  }
   return Status::Ok();
+}
+
+// --mode: "all" or a comma-separated list of mode names, run in the order of kAllModes.
+StatusOr<std::vector<Mode>> ParseModes(const std::string& text) {
+  std::vector<Mode> modes;
+  std::istringstream in(text);
+  for (std::string name; std::getline(in, name, ',');) {
+    bool known = false;
+    for (Mode m : kAllModes) {
+      if (name == "all" || name == ModeName(m)) {
+        known = true;
+        if (std::find(modes.begin(), modes.end(), m) == modes.end()) modes.push_back(m);
+      }
+    }
+    if (!known) {
+      return Status::Error("--mode takes all or a list of paged+prefix, paged, reserve (got '" +
+                           name + "')");
+    }
+  }
+  if (modes.empty()) return Status::Error("--mode names no mode");
+  std::sort(modes.begin(), modes.end());
+  return modes;
 }
 
 // The pool size in tokens: -c, else what --kv-mem holds, else room for eight whole contexts.
@@ -321,6 +339,9 @@ int BenchServe(ServeFlags f) {
   const ModelConfig& c = (*model)->config();
   if (f.reserve_tokens == 0) f.reserve_tokens = c.n_ctx_train;
   if (Status s = Validate(f, c); !s.ok()) return fail(s.message());
+  auto parsed_modes = ParseModes(f.mode);
+  if (!parsed_modes.ok()) return fail(parsed_modes.status().message());
+  const std::vector<Mode> modes = *parsed_modes;
   if (f.engine.threads <= 0) {
     f.engine.threads = static_cast<int32_t>(std::thread::hardware_concurrency());
   }
@@ -341,10 +362,6 @@ int BenchServe(ServeFlags f) {
   if (!layout.ok()) return fail(layout.status().message());
   const size_t pool_bytes = static_cast<size_t>(pool_blocks) * layout->bytes_per_block();
 
-  std::vector<Mode> modes;
-  for (Mode m : kAllModes) {
-    if (f.mode == "all" || f.mode == ModeName(m)) modes.push_back(m);
-  }
   auto options_of = [&](Mode m) {
     EngineOptions o = *base;
     o.prefix_caching = m == Mode::kPagedPrefix;
@@ -507,7 +524,8 @@ Command RegisterBenchServe(CLI::App* app) {
   sub->add_option("--reserve-tokens", f->reserve_tokens,
                   "tokens the reserve mode sets aside per request (0: the model's context)")
       ->capture_default_str();
-  sub->add_option("--mode", f->mode, "all, paged+prefix, paged or reserve")->capture_default_str();
+  sub->add_option("--mode", f->mode, "all, or a comma-separated list of paged+prefix, paged, reserve")
+      ->capture_default_str();
   sub->add_option("-r,--repetitions", f->repetitions, "runs per mode (median reported)")
       ->capture_default_str();
   sub->add_option("--seed", f->seed, "seed of the random prompts")->capture_default_str();
