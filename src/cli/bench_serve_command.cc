@@ -405,9 +405,18 @@ int BenchServe(ServeFlags f) {
     if (s.mode == Mode::kReserve) reserve = &s;
   }
   const bool ratios = best != nullptr && reserve != nullptr;
+  // Ratio of the medians, and the spread of the ratios of each repetition's adjacent runs.
   auto ratio = [&](double RunResult::*field) {
     const double den = reserve->Of(field).median;
     return den == 0 ? 0.0 : best->Of(field).median / den;
+  };
+  auto paired = [&](double RunResult::*field) {
+    std::vector<double> v;
+    for (size_t i = 0; i < best->runs.size(); ++i) {
+      const double den = reserve->runs[i].*field;
+      v.push_back(den == 0 ? 0.0 : best->runs[i].*field / den);
+    }
+    return Summarize(v);
   };
 
   if (f.json) {
@@ -455,7 +464,9 @@ int BenchServe(ServeFlags f) {
     if (ratios) {
       j["ratios"] = {{"requests_per_s", ratio(&RunResult::requests_per_s)},
                      {"tokens_per_s", ratio(&RunResult::tokens_per_s)},
-                     {"in_flight_mean", ratio(&RunResult::in_flight_mean)}};
+                     {"in_flight_mean", ratio(&RunResult::in_flight_mean)},
+                     {"requests_per_s_per_repetition",
+                      SpreadJson(paired(&RunResult::requests_per_s))}};
     }
     std::cout << j.dump(2) << std::endl;
     return 0;
@@ -493,10 +504,13 @@ int BenchServe(ServeFlags f) {
                 100 * s.Of(&RunResult::waste).median);
   }
   if (ratios) {
-    std::printf("\npaged+prefix / reserve at equal memory: %.2fx requests/s, %.2fx generated "
-                "tokens/s, %.2fx requests in flight; paged+prefix waste %.1f%%\n",
-                ratio(&RunResult::requests_per_s), ratio(&RunResult::tokens_per_s),
-                ratio(&RunResult::in_flight_mean), 100 * best->Of(&RunResult::waste).median);
+    const Spread per_rep = paired(&RunResult::requests_per_s);
+    std::printf("\npaged+prefix / reserve at equal memory: %.2fx requests/s (per repetition "
+                "%.2fx-%.2fx), %.2fx generated tokens/s, %.2fx requests in flight; "
+                "paged+prefix waste %.1f%%\n",
+                ratio(&RunResult::requests_per_s), per_rep.min, per_rep.max,
+                ratio(&RunResult::tokens_per_s), ratio(&RunResult::in_flight_mean),
+                100 * best->Of(&RunResult::waste).median);
   }
   return 0;
 }
