@@ -39,9 +39,9 @@ TEST(BenchServeTest, JsonHasEveryModeWithEveryRequestCompleted) {
   for (const nlohmann::json& m : j["modes"]) {
     const std::string mode = m["mode"];
     SCOPED_TRACE(mode);
-    for (const char* key : {"requests_per_s", "tokens_per_s", "ttft_p50_ms", "ttft_p99_ms",
-                            "in_flight_mean", "in_flight_max", "prefix_hit_rate", "preemptions",
-                            "waste", "pool_use"}) {
+    for (const char* key : {"requests_per_s", "requests_per_cpu_s", "tokens_per_s",
+                            "ttft_p50_ms", "ttft_p99_ms", "in_flight_mean", "in_flight_max",
+                            "prefix_hit_rate", "preemptions", "waste", "pool_use"}) {
       ASSERT_TRUE(m.contains(key)) << key;
       EXPECT_LE(m[key]["min"].get<double>(), m[key]["median"].get<double>()) << key;
       EXPECT_LE(m[key]["median"].get<double>(), m[key]["max"].get<double>()) << key;

@@ -26,6 +26,8 @@
 #include <sstream>
 #include <thread>
 
+#include <sys/resource.h>
+
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
@@ -87,7 +89,9 @@ Workload MakeWorkload(const ServeFlags& f, int32_t n_vocab) {
 // One run of the whole workload under one policy.
 struct RunResult {
   double wall_s = 0;
+  double cpu_s = 0;  // CPU time of the process (all threads): less sensitive to other load
   double requests_per_s = 0;
+  double requests_per_cpu_s = 0;
   double tokens_per_s = 0;  // generated tokens
   double ttft_p50_ms = 0;
   double ttft_p99_ms = 0;
@@ -102,6 +106,14 @@ struct RunResult {
   int64_t generated = 0;
   int64_t steps = 0;
 };
+
+// User + system CPU seconds of this process so far, all threads.
+double ProcessCpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto sec = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec / 1e6; };
+  return sec(u.ru_utime) + sec(u.ru_stime);
+}
 
 // Nearest-rank percentile of `v` (sorted in place).
 double Percentile(std::vector<double>& v, double p) {
@@ -139,6 +151,7 @@ StatusOr<RunResult> RunWorkload(Model* model, const EngineOptions& options, cons
   int32_t stalled_steps = 0;
   int32_t next_progress = std::max(1, n_requests / 8);
   const auto start = std::chrono::steady_clock::now();
+  const double cpu_start = ProcessCpuSeconds();
   while (next < std::min(n_clients, n_requests)) KVLLM_RETURN_IF_ERROR(submit());
   while (r.completed + r.failed < n_requests) {
     events.clear();
@@ -196,7 +209,9 @@ StatusOr<RunResult> RunWorkload(Model* model, const EngineOptions& options, cons
     }
   }
   r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  r.cpu_s = ProcessCpuSeconds() - cpu_start;
   r.requests_per_s = r.completed / r.wall_s;
+  r.requests_per_cpu_s = r.cpu_s > 0 ? r.completed / r.cpu_s : 0.0;
   r.tokens_per_s = static_cast<double>(r.generated) / r.wall_s;
   r.ttft_p50_ms = Percentile(ttft_ms, 50);
   r.ttft_p99_ms = Percentile(ttft_ms, 99);
@@ -391,9 +406,9 @@ int BenchServe(ServeFlags f) {
       if (!r.ok()) return fail(r.status().message());
       std::fprintf(stderr,
                    "bench-serve: %s: %.2f requests/s, %.1f tokens/s, %.1f in flight, "
-                   "%d preemptions, %.2fs\n",
+                   "%d preemptions, %.2fs (%.2fs CPU)\n",
                    label.c_str(), r->requests_per_s, r->tokens_per_s, r->in_flight_mean,
-                   static_cast<int>(r->preemptions), r->wall_s);
+                   static_cast<int>(r->preemptions), r->wall_s, r->cpu_s);
       s.runs.push_back(*r);
     }
   }
@@ -442,6 +457,7 @@ int BenchServe(ServeFlags f) {
       m["mode"] = ModeName(s.mode);
       m["requests_per_s"] = SpreadJson(s.Of(&RunResult::requests_per_s));
       m["tokens_per_s"] = SpreadJson(s.Of(&RunResult::tokens_per_s));
+      m["requests_per_cpu_s"] = SpreadJson(s.Of(&RunResult::requests_per_cpu_s));
       m["ttft_p50_ms"] = SpreadJson(s.Of(&RunResult::ttft_p50_ms));
       m["ttft_p99_ms"] = SpreadJson(s.Of(&RunResult::ttft_p99_ms));
       m["in_flight_mean"] = SpreadJson(s.Of(&RunResult::in_flight_mean));
@@ -452,7 +468,8 @@ int BenchServe(ServeFlags f) {
       m["pool_use"] = SpreadJson(s.Of(&RunResult::pool_use));
       nlohmann::json runs = nlohmann::json::array();
       for (const RunResult& r : s.runs) {
-        runs.push_back({{"wall_s", r.wall_s}, {"completed", r.completed}, {"failed", r.failed},
+        runs.push_back({{"wall_s", r.wall_s}, {"cpu_s", r.cpu_s}, {"completed", r.completed},
+                        {"failed", r.failed},
                         {"generated_tokens", r.generated}, {"steps", r.steps},
                         {"requests_per_s", r.requests_per_s}, {"tokens_per_s", r.tokens_per_s},
                         {"prefix_hit_rate", r.prefix_hit_rate}, {"preemptions", r.preemptions},
@@ -465,6 +482,7 @@ int BenchServe(ServeFlags f) {
       j["ratios"] = {{"requests_per_s", ratio(&RunResult::requests_per_s)},
                      {"tokens_per_s", ratio(&RunResult::tokens_per_s)},
                      {"in_flight_mean", ratio(&RunResult::in_flight_mean)},
+                     {"requests_per_cpu_s", ratio(&RunResult::requests_per_cpu_s)},
                      {"requests_per_s_per_repetition",
                       SpreadJson(paired(&RunResult::requests_per_s))}};
     }
@@ -485,17 +503,18 @@ int BenchServe(ServeFlags f) {
               f.clients, f.requests, f.system_tokens, f.user_tokens, f.max_tokens,
               f.reserve_tokens);
   std::printf("median of %d runs per mode, run alternately:\n\n", f.repetitions);
-  std::printf("| mode         | requests/s (min-max)     | gen tokens/s | TTFT p50 ms | TTFT p99 ms "
+  std::printf("| mode         | requests/s (min-max)     | req/CPU-s | gen tokens/s | TTFT p50 ms | TTFT p99 ms "
               "| in flight mean | max | prefix hit | preemptions | pool use | waste  |\n");
-  std::printf("|--------------|-------------------------:|-------------:|------------:|------------:"
+  std::printf("|--------------|-------------------------:|----------:|-------------:|------------:|------------:"
               "|---------------:|----:|-----------:|------------:|---------:|-------:|\n");
   for (const ModeSummary& s : summaries) {
     const Spread rps = s.Of(&RunResult::requests_per_s);
     char spread[64];
     std::snprintf(spread, sizeof(spread), "%.2f (%.2f-%.2f)", rps.median, rps.min, rps.max);
-    std::printf("| %-12s | %24s | %12.1f | %11.1f | %11.1f | %14.1f | %3.0f | %9.1f%% | %11.0f "
+    std::printf("| %-12s | %24s | %9.2f | %12.1f | %11.1f | %11.1f | %14.1f | %3.0f | %9.1f%% | %11.0f "
                 "| %7.1f%% | %5.1f%% |\n",
-                ModeName(s.mode), spread, s.Of(&RunResult::tokens_per_s).median,
+                ModeName(s.mode), spread, s.Of(&RunResult::requests_per_cpu_s).median,
+                s.Of(&RunResult::tokens_per_s).median,
                 s.Of(&RunResult::ttft_p50_ms).median, s.Of(&RunResult::ttft_p99_ms).median,
                 s.Of(&RunResult::in_flight_mean).median,
                 s.OfInt32(&RunResult::in_flight_max).median,
@@ -506,10 +525,11 @@ int BenchServe(ServeFlags f) {
   if (ratios) {
     const Spread per_rep = paired(&RunResult::requests_per_s);
     std::printf("\npaged+prefix / reserve at equal memory: %.2fx requests/s (per repetition "
-                "%.2fx-%.2fx), %.2fx generated tokens/s, %.2fx requests in flight; "
-                "paged+prefix waste %.1f%%\n",
+                "%.2fx-%.2fx), %.2fx requests per CPU-second, %.2fx generated tokens/s, %.2fx "
+                "requests in flight; paged+prefix waste %.1f%%\n",
                 ratio(&RunResult::requests_per_s), per_rep.min, per_rep.max,
-                ratio(&RunResult::tokens_per_s), ratio(&RunResult::in_flight_mean),
+                ratio(&RunResult::requests_per_cpu_s), ratio(&RunResult::tokens_per_s),
+                ratio(&RunResult::in_flight_mean),
                 100 * best->Of(&RunResult::waste).median);
   }
   return 0;
