@@ -503,16 +503,18 @@ int BenchServe(ServeFlags f) {
               f.clients, f.requests, f.system_tokens, f.user_tokens, f.max_tokens,
               f.reserve_tokens);
   std::printf("median of %d runs per mode, run alternately:\n\n", f.repetitions);
-  std::printf("| mode         | requests/s (min-max)     | req/CPU-s | gen tokens/s | TTFT p50 ms | TTFT p99 ms "
-              "| in flight mean | max | prefix hit | preemptions | pool use | waste  |\n");
-  std::printf("|--------------|-------------------------:|----------:|-------------:|------------:|------------:"
-              "|---------------:|----:|-----------:|------------:|---------:|-------:|\n");
+  std::printf("| mode         | requests/s (min-max)     | req/CPU-s | gen tokens/s "
+              "| TTFT p50 ms | TTFT p99 ms | in flight mean | max | prefix hit | preemptions "
+              "| pool use | waste  |\n");
+  std::printf("|--------------|-------------------------:|----------:|-------------:"
+              "|------------:|------------:|---------------:|----:|-----------:|------------:"
+              "|---------:|-------:|\n");
   for (const ModeSummary& s : summaries) {
     const Spread rps = s.Of(&RunResult::requests_per_s);
     char spread[64];
     std::snprintf(spread, sizeof(spread), "%.2f (%.2f-%.2f)", rps.median, rps.min, rps.max);
-    std::printf("| %-12s | %24s | %9.2f | %12.1f | %11.1f | %11.1f | %14.1f | %3.0f | %9.1f%% | %11.0f "
-                "| %7.1f%% | %5.1f%% |\n",
+    std::printf("| %-12s | %24s | %9.2f | %12.1f | %11.1f | %11.1f | %14.1f | %3.0f | %9.1f%% "
+                "| %11.0f | %7.1f%% | %5.1f%% |\n",
                 ModeName(s.mode), spread, s.Of(&RunResult::requests_per_cpu_s).median,
                 s.Of(&RunResult::tokens_per_s).median,
                 s.Of(&RunResult::ttft_p50_ms).median, s.Of(&RunResult::ttft_p99_ms).median,
@@ -558,7 +560,8 @@ Command RegisterBenchServe(CLI::App* app) {
   sub->add_option("--reserve-tokens", f->reserve_tokens,
                   "tokens the reserve mode sets aside per request (0: the model's context)")
       ->capture_default_str();
-  sub->add_option("--mode", f->mode, "all, or a comma-separated list of paged+prefix, paged, reserve")
+  sub->add_option("--mode", f->mode,
+                  "all, or a comma-separated list of paged+prefix, paged, reserve")
       ->capture_default_str();
   sub->add_option("-r,--repetitions", f->repetitions, "runs per mode (median reported)")
       ->capture_default_str();
