@@ -202,10 +202,11 @@ StatusOr<RunResult> RunWorkload(Model* model, const EngineOptions& options, cons
     while (next < n_requests && static_cast<int32_t>(in_flight.size()) < n_clients) {
       KVLLM_RETURN_IF_ERROR(submit());
     }
-    if (r.completed + r.failed >= next_progress && r.completed + r.failed < n_requests) {
-      std::fprintf(stderr, "bench-serve: %s: %d/%d requests\n", label.c_str(),
-                   r.completed + r.failed, n_requests);
-      next_progress += std::max(1, n_requests / 8);
+    const int32_t n_ended = r.completed + r.failed;
+    if (n_ended >= next_progress && n_ended < n_requests) {
+      std::fprintf(stderr, "bench-serve: %s: %d/%d requests\n", label.c_str(), n_ended,
+                   n_requests);
+      while (next_progress <= n_ended) next_progress += std::max(1, n_requests / 8);
     }
   }
   r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
