@@ -513,10 +513,13 @@ int BenchServe(ServeFlags f) {
   for (const ModeSummary& s : summaries) {
     const Spread rps = s.Of(&RunResult::requests_per_s);
     char spread[64];
-    std::snprintf(spread, sizeof(spread), "%.2f (%.2f-%.2f)", rps.median, rps.min, rps.max);
-    std::printf("| %-12s | %24s | %9.2f | %12.1f | %11.1f | %11.1f | %14.1f | %3.0f | %9.1f%% "
+    // Three significant digits at least: a large model serves well under one request/s.
+    const int digits = rps.min < 1 ? 3 : 2;
+    std::snprintf(spread, sizeof(spread), "%.*f (%.*f-%.*f)", digits, rps.median, digits, rps.min,
+                  digits, rps.max);
+    std::printf("| %-12s | %24s | %9.*f | %12.1f | %11.1f | %11.1f | %14.1f | %3.0f | %9.1f%% "
                 "| %11.0f | %7.1f%% | %5.1f%% |\n",
-                ModeName(s.mode), spread, s.Of(&RunResult::requests_per_cpu_s).median,
+                ModeName(s.mode), spread, digits, s.Of(&RunResult::requests_per_cpu_s).median,
                 s.Of(&RunResult::tokens_per_s).median,
                 s.Of(&RunResult::ttft_p50_ms).median, s.Of(&RunResult::ttft_p99_ms).median,
                 s.Of(&RunResult::in_flight_mean).median,
