@@ -15,8 +15,10 @@
 //                 (--reserve-tokens, default the model's context length) can be reserved
 //                 for it, as a server that allocates a contiguous cache per request does
 //
-// Waste is averaged over steps: paged, the slots of blocks held by sequences that hold no
-// token (KVStats::fragmentation); reserve, the reserved slots that hold no token.
+// Waste is averaged over the steps that held memory: paged, the slots of blocks held by
+// sequences that hold no token (KVStats::fragmentation); reserve, the reserved slots that
+// hold no token. Requests per CPU-second sit beside requests/s: on a shared machine they move
+// much less.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
