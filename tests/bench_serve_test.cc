@@ -118,6 +118,21 @@ TEST(BenchServeTest, AListOfModesRunsInTheUsualOrder) {
   EXPECT_TRUE(j.contains("ratios"));
 }
 
+// tiny: 256 bytes of f16 K and V per token, so 256 KiB holds a pool of 1024 tokens.
+TEST(BenchServeTest, KvMemSetsThePoolOfEveryMode) {
+  std::string out, err;
+  ASSERT_EQ(RunCommand(Kvllm() + " bench-serve -m " + Tiny() +
+                           " --clients 2 --requests 2 --system-tokens 16 --user-tokens 4 "
+                           "--max-tokens 2 -r 1 -t 2 --kv-mem 256K --json",
+                       &out, &err),
+            0)
+      << err;
+  const nlohmann::json j = nlohmann::json::parse(out);
+  EXPECT_EQ(j["pool_tokens"].get<int>(), 1024);
+  EXPECT_EQ(j["pool_bytes"].get<int>(), 256 * 1024);
+  EXPECT_NE(j["command"].get<std::string>().find(" -c 1024 "), std::string::npos);
+}
+
 TEST(BenchServeTest, BadFlagsAreClearErrors) {
   const std::string base = Kvllm() + " bench-serve -m " + Tiny() + " -t 2 ";
   const std::pair<std::string, std::string> cases[] = {

@@ -549,9 +549,8 @@ Command RegisterBenchServe(CLI::App* app) {
   auto f = std::make_shared<ServeFlags>();
   CLI::App* sub = app->add_subcommand(
       "bench-serve",
-      "N clients with a shared system prompt against the engine: throughput, TTFT, prefix hit "
-      "rate and memory waste, paged + prefix cache vs paged vs whole-context reservation at "
-      "the same memory");
+      "serve N clients with a shared system prompt: paged + prefix cache vs whole-context "
+      "reservation at the same memory");
   sub->add_option("-m,--model", f->model_path, "GGUF model file")->required();
   sub->add_option("--clients", f->clients, "closed-loop clients (requests in the air at most)")
       ->capture_default_str();
@@ -574,6 +573,9 @@ Command RegisterBenchServe(CLI::App* app) {
   sub->add_option("--seed", f->seed, "seed of the random prompts")->capture_default_str();
   sub->add_flag("--json", f->json, "print JSON");
   f->engine.Register(sub);
+  sub->get_option("--ctx-size")
+      ->description("KV pool size in tokens, the same for every mode (default: eight model "
+                    "contexts, or what --kv-mem holds)");
   return [f] { return BenchServe(*f); };
 }
 
