@@ -13,6 +13,7 @@ using Command = std::function<int()>;
 Command RegisterRun(CLI::App* app);
 Command RegisterInspect(CLI::App* app);
 Command RegisterBench(CLI::App* app);
+Command RegisterBenchServe(CLI::App* app);
 Command RegisterTokenize(CLI::App* app);
 Command RegisterChat(CLI::App* app);
 Command RegisterPerplexity(CLI::App* app);

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   add(RegisterPerplexity);
   add(RegisterInspect);
   add(RegisterBench);
+  add(RegisterBenchServe);
   add(RegisterTokenize);
   add(RegisterKvSize);
   add(RegisterServe);
