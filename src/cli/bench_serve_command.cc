@@ -291,6 +291,11 @@ Status Validate(const ServeFlags& f, const ModelConfig& c) {
     return Status::Error("bench-serve sets prefix caching per mode: use --mode paged instead "
                          "of --no-prefix-caching");
   }
+  if (!f.engine.kv_store_dir.empty() || !f.engine.kv_store_redis.empty()) {
+    // Every repetition after the first would read the shared prompt from the tier.
+    return Status::Error("bench-serve measures one pool in memory: --kv-store-dir and "
+                         "--kv-store-redis are not supported (bench/persistence.sh measures them)");
+  }
   const int64_t need = int64_t{f.system_tokens} + f.user_tokens + f.max_tokens;
   if (need > c.n_ctx_train) {
     return Status::Error("--system-tokens + --user-tokens + --max-tokens = " +
