@@ -89,7 +89,7 @@ int Run(const RunFlags& f) {
   while ((*engine)->HasUnfinished()) {
     events.clear();
     (*engine)->Step(&events);
-    peak_blocks = std::max(peak_blocks, (*engine)->kv().Stats().blocks_used);
+    peak_blocks = std::max(peak_blocks, (*engine)->kv().blocks_used());
     for (const TokenEvent& ev : events) {
       if (ev.finish == FinishReason::kStop) continue;  // the stop token is not text
       std::string piece = streamer.Push(tok.TokenToPiece(ev.token));

@@ -396,7 +396,7 @@ KVStats KVCache::Stats() const {
   s.blocks_total = pool_.num_blocks();
   s.blocks_free = pool_.num_free();
   s.blocks_cached_free = prefix_.num_evictable();
-  s.blocks_used = pool_.num_used() - s.blocks_cached_free;
+  s.blocks_used = blocks_used();
   // A shared block holds the most tokens any of its holders put in it.
   std::unordered_map<int32_t, int32_t> filled;
   for (const auto& [seq, state] : seqs_) {

@@ -131,6 +131,8 @@ class KVCache {
   int32_t BlocksNeeded(SeqId seq, int32_t n_new) const;
   // Free blocks plus cached-free ones.
   int32_t available_blocks() const { return pool_.num_free() + prefix_.num_evictable(); }
+  // Blocks held by sequences (KVStats::blocks_used without the rest of Stats()' walk).
+  int32_t blocks_used() const { return pool_.num_used() - prefix_.num_evictable(); }
   bool CanAppend(SeqId seq, int32_t n_new) const;
   // Grows `seq` (created on first use) by n_new token slots. Requires CanAppend.
   void Append(SeqId seq, int32_t n_new);
