@@ -30,17 +30,6 @@ struct BenchFlags {
   EngineFlags engine;
 };
 
-struct Spread {
-  double median = 0, min = 0, max = 0;
-};
-
-Spread Summarize(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  const double median = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-  return {median, v.front(), v.back()};
-}
-
 std::vector<int32_t> RandomPrompt(int32_t n, int32_t n_vocab, uint32_t seed) {
   std::mt19937 rng(seed);
   // Ids 0..2 are unk/bos/eos in Llama vocabularies; ordinary tokens make an honest load.

@@ -229,17 +229,6 @@ StatusOr<RunResult> RunWorkload(Model* model, const EngineOptions& options, cons
   return r;
 }
 
-struct Spread {
-  double median = 0, min = 0, max = 0;
-};
-
-Spread Summarize(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  const double median = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-  return {median, v.front(), v.back()};
-}
-
 // The medians of one mode's repetitions, field by field.
 struct ModeSummary {
   Mode mode;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -73,6 +74,12 @@ void RewriteLlamaShortFlags(int argc, char** argv, std::vector<std::string>* arg
 
 // The whole content of a file (prompts, texts to score), or an error naming it.
 StatusOr<std::string> ReadTextFile(const std::string& path);
+
+// Median, minimum and maximum of repeated measurements (benchmarks print all three).
+struct Spread {
+  double median = 0, min = 0, max = 0;
+};
+Spread Summarize(std::vector<double> values);  // values not empty
 
 std::string FormatBytes(double bytes);   // "1.50 MiB"
 StatusOr<uint64_t> ParseBytes(const std::string& text);  // "512M", "2G", "1.5GiB", "1000"
