@@ -15,7 +15,7 @@ namespace {
 using testing::TestModel;
 
 std::unique_ptr<Model> LoadTiny() {
-  auto m = Model::Load(TestModel("tiny-f32-s7", "--preset tiny --type f32 --seed 7"));
+  auto m = Model::Load(testing::TinyModel());
   EXPECT_TRUE(m.ok()) << m.status().message();
   return std::move(m).value();
 }

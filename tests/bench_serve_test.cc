@@ -11,13 +11,10 @@
 namespace kvllm {
 namespace {
 
-using testing::BinaryDir;
 using testing::RunCommand;
-using testing::TestModel;
 
-std::string Kvllm() { return BinaryDir() + "/kvllm"; }
-// tiny preset: context 512, vocabulary 512.
-std::string Tiny() { return TestModel("tiny-f32-s7", "--preset tiny --type f32 --seed 7"); }
+std::string Kvllm() { return testing::KvllmBinary(); }
+std::string Tiny() { return testing::TinyModel(); }
 
 constexpr int kRequests = 10;
 constexpr int kSystem = 64;

@@ -18,10 +18,9 @@ namespace {
 
 using testing::BinaryDir;
 using testing::RunCommand;
-using testing::TestModel;
 
-std::string Kvllm() { return BinaryDir() + "/kvllm"; }
-std::string Tiny() { return TestModel("tiny-f32-s7", "--preset tiny --type f32 --seed 7"); }
+std::string Kvllm() { return testing::KvllmBinary(); }
+std::string Tiny() { return testing::TinyModel(); }
 
 nlohmann::json RunJson(const std::string& flags) {
   std::string out, err;

@@ -67,7 +67,7 @@ void ExpectMatchesReference(const DecodeRun& run, const std::string& ref_model, 
 }
 
 TEST(ReferenceTest, F32ModelMatchesNumpyAfterPrefillAndDecode) {
-  const std::string path = TestModel("tiny-f32-s7", "--preset tiny --type f32 --seed 7");
+  const std::string path = testing::TinyModel();
   ExpectMatchesReference(PrefillThenDecode(path, DType::kF32), path, 1e-4);
 }
 
@@ -98,7 +98,7 @@ TEST(ReferenceTest, QuantizedFilesMatchNumpyOnTheSameFile) {
 // were set (f16 9.6e-4, bf16 7.9e-3, q8_0 2.6e-2, q4_0 0.40); the errors must also rank
 // with the formats' precision.
 TEST(ReferenceTest, QuantizedFilesStayCloseToF32Reference) {
-  const std::string f32 = TestModel("tiny-f32-s7", "--preset tiny --type f32 --seed 7");
+  const std::string f32 = testing::TinyModel();
   const struct {
     const char* type;
     double tolerance;
@@ -123,7 +123,7 @@ TEST(ReferenceTest, QuantizedFilesStayCloseToF32Reference) {
 
 // f16 KV rounds K and V to 11 significant bits; the error stays small.
 TEST(ReferenceTest, F16KvStaysCloseToReference) {
-  const std::string path = TestModel("tiny-f32-s7", "--preset tiny --type f32 --seed 7");
+  const std::string path = testing::TinyModel();
   ExpectMatchesReference(PrefillThenDecode(path, DType::kF16), path, 5e-3);
 }
 

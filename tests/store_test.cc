@@ -25,7 +25,11 @@ std::unique_ptr<Model> Load(const std::string& name, const std::string& args) {
   return std::move(m).value();
 }
 
-std::unique_ptr<Model> Tiny() { return Load("tiny-f32-s7", "--preset tiny --type f32 --seed 7"); }
+std::unique_ptr<Model> Tiny() {
+  auto m = Model::Load(testing::TinyModel());
+  EXPECT_TRUE(m.ok()) << m.status().message();
+  return std::move(m).value();
+}
 
 std::vector<int32_t> Prompt(int32_t seed, int32_t n) {
   std::vector<int32_t> p(n);

@@ -44,6 +44,10 @@ int RunCommand(const std::string& cmd, std::string* out, std::string* err) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+std::string TinyModel() { return TestModel("tiny-f32-s7", "--preset tiny --type f32 --seed 7"); }
+
+std::string KvllmBinary() { return BinaryDir() + "/kvllm"; }
+
 std::string TestModel(const std::string& name, const std::string& args) {
   const std::string dir = BinaryDir() + "/test-models";
   const std::string path = dir + "/" + name + ".gguf";

@@ -14,6 +14,11 @@ std::string BinaryDir();  // the build folder (holds the kvllm binary)
 // name `name` must identify the arguments). Concurrent test processes are safe: the file is
 // written under a temporary name and renamed.
 std::string TestModel(const std::string& name, const std::string& args);
+// The model most tests share: make_model.py --preset tiny --type f32 --seed 7 (context 512,
+// vocabulary 512).
+std::string TinyModel();
+// The kvllm binary of this build.
+std::string KvllmBinary();
 
 // Runs a command, returns its exit status and stdout (stderr goes to `err` when given).
 int RunCommand(const std::string& cmd, std::string* out, std::string* err = nullptr);
