@@ -9,6 +9,8 @@ the logits of the last position, or of every position with --all.  The file
 is read with tools/gguf.py only, so this is a check on kvllm that shares no
 code with it.  Weights are decoded to float64 one matrix at a time (large
 matrices in row chunks), which keeps memory modest even for 1B models.
+Activations multiplied with Q8_0 and Q4_0 matrices are first rounded to 8
+bits per 32 values, as kvllm and llama.cpp do (quantize_activations).
 """
 
 import argparse
@@ -115,6 +117,18 @@ def attention(q, k, v, n_head, n_kv_head):
     return out.reshape(t, n_head * d)
 
 
+def quantize_activations(x):
+    """x as kvllm multiplies it with Q8_0 and Q4_0 weights (as llama.cpp does): each run of
+    32 values rounded to int8 steps of d = max|x| / 127, in float32 as the engine computes."""
+    t, n = x.shape
+    blocks = x.astype(np.float32).reshape(t, n // gguf.QK, gguf.QK)
+    d = np.abs(blocks).max(axis=2, keepdims=True) / np.float32(127)
+    with np.errstate(divide="ignore"):
+        inv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+    q = np.rint(blocks * inv)
+    return (q * d.astype(np.float64)).reshape(t, n)
+
+
 class Weights:
     """Decodes tensors on demand, so only the matrix in use is in memory."""
 
@@ -127,6 +141,8 @@ class Weights:
     def matmul(self, name, x):
         """x @ W.T for W of shape (n_out, n_in); x has shape (T, n_in)."""
         info = self.reader.tensors[self._check(name)]
+        if info.ggml_type in (gguf.GGMLType.Q8_0, gguf.GGMLType.Q4_0):
+            x = quantize_activations(x)
         n_out = info.shape[0]
         out = np.empty((x.shape[0], n_out))
         for start in range(0, n_out, ROW_CHUNK):

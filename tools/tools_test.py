@@ -400,27 +400,39 @@ class ReferenceTest(TempDirTest):
             rtol=1e-15)
 
     def test_single_token_matches_hand_computation(self):
-        # At position 0 RoPE is the identity and attention returns v.
+        # At position 0 RoPE is the identity and attention returns v. The
+        # file is q8_0, so every matrix sees its input rounded to 8 bits.
         path = self.make("one.gguf", "--type", "q8_0")
         r = gguf.GGUFReader(path)
 
         def w(name):
             return r.tensor(name)
 
+        def mm(name, x):
+            return w(name) @ reference.quantize_activations(x[None, :])[0]
+
         def norm(x, name):
             return x / np.sqrt(np.mean(x**2) + 1e-5) * w(name)
         x = w("token_embd.weight")[42]
         for i in range(2):
             p = f"blk.{i}."
-            v = w(p + "attn_v.weight") @ norm(x, p + "attn_norm.weight")
-            x = x + w(p + "attn_output.weight") @ np.tile(v.reshape(2, 16),
-                                                         (1, 2)).reshape(-1)
+            v = mm(p + "attn_v.weight", norm(x, p + "attn_norm.weight"))
+            x = x + mm(p + "attn_output.weight",
+                       np.tile(v.reshape(2, 16), (1, 2)).reshape(-1))
             h = norm(x, p + "ffn_norm.weight")
-            g, u = w(p + "ffn_gate.weight") @ h, w(p + "ffn_up.weight") @ h
-            x = x + w(p + "ffn_down.weight") @ (g / (1 + np.exp(-g)) * u)
-        expected = w("output.weight") @ norm(x, "output_norm.weight")
+            g, u = mm(p + "ffn_gate.weight", h), mm(p + "ffn_up.weight", h)
+            x = x + mm(p + "ffn_down.weight", g / (1 + np.exp(-g)) * u)
+        expected = mm("output.weight", norm(x, "output_norm.weight"))
         np.testing.assert_allclose(self.logits(path, [42])[0], expected,
                                    rtol=1e-9, atol=1e-9)
+
+    def test_quantize_activations(self):
+        x = np.zeros((1, 64))
+        x[0, 32:36] = [-127.0, 2.5, 3.5, 100.2]
+        q = reference.quantize_activations(x)
+        # A block of zeros stays zero; d = 1 in the second block, where
+        # ties round to even.
+        np.testing.assert_array_equal(q[0, :36], [0] * 32 + [-127, 2, 4, 100])
 
     def test_causal(self):
         path = self.make("c.gguf")

@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "tensor/kernels_internal.h"
+#include "tensor/quant.h"
 #include "tensor/thread_pool.h"
 
 namespace kvllm {
@@ -81,10 +82,39 @@ struct MatMulJob {
   int64_t n_out;
   int64_t n_in;
   const float* x;  // [n_tok][n_in]
+  const BlockQ8Act* xq;  // [n_tok][n_in / kQK] X quantized, for Q8_0 and Q4_0 weights
   int64_t n_tok;
   float* y;  // [n_tok][n_out]
   int64_t rows_per_task;
 };
+
+// This thread's buffer for X quantized, [n_tok][n_in / kQK]. Grows, never shrinks.
+BlockQ8Act* ActScratch(int64_t n_blocks) {
+  thread_local std::vector<BlockQ8Act> scratch;
+  if (static_cast<int64_t>(scratch.size()) < n_blocks) scratch.resize(n_blocks);
+  return scratch.data();
+}
+
+// Quantized weights: every output as one dot_act (bit for bit), through tiles of up to 4 rows
+// x 2 tokens so that each block loaded serves several outputs. A task's rows (16 x n_in bytes)
+// stay in L1/L2 while the tokens stream past them.
+void ActRows(const MatMulJob& job, int64_t begin, int64_t end) {
+  const int64_t blocks = job.n_in / kQK;
+  for (int64_t g = begin; g < end; g += internal::kTileRows) {
+    job.kernels->dot_act_tile({
+        .wt = job.wt,
+        .w = job.w + g * job.row_bytes,
+        .row_bytes = job.row_bytes,
+        .n_rows = static_cast<int>(std::min<int64_t>(internal::kTileRows, end - g)),
+        .xq = job.xq,
+        .xq_stride = blocks,
+        .n_tok = job.n_tok,
+        .n = job.n_in,
+        .y = job.y + g,
+        .y_stride = job.n_out,
+    });
+  }
+}
 
 void MatVecRows(const MatMulJob& job, int64_t begin, int64_t end) {
   for (int64_t o = begin; o < end; ++o) {
@@ -143,7 +173,9 @@ void MatMatRows(const MatMulJob& job, int64_t begin, int64_t end) {
 void RunMatMulTask(const MatMulJob& job, int64_t task) {
   const int64_t begin = task * job.rows_per_task;
   const int64_t end = std::min(begin + job.rows_per_task, job.n_out);
-  if (job.n_tok == 1) {
+  if (job.xq != nullptr) {
+    ActRows(job, begin, end);
+  } else if (job.n_tok == 1) {
     MatVecRows(job, begin, end);
   } else {
     MatMatRows(job, begin, end);
@@ -181,14 +213,22 @@ void MatMul(DType wt, const void* w, int64_t n_out, int64_t n_in, const float* x
     std::fill(y, y + n_tok * n_out, 0.0f);
     return;
   }
+  const internal::LevelKernels& kernels = ActiveLevelKernels();
+  BlockQ8Act* xq = nullptr;
+  if (UsesQ8Activations(wt)) {
+    const int64_t blocks = n_in / kQK;
+    xq = ActScratch(n_tok * blocks);
+    for (int64_t t = 0; t < n_tok; ++t) kernels.set.quantize_act(x + t * n_in, xq + t * blocks, n_in);
+  }
   const MatMulJob job = {
-      .kernels = &ActiveLevelKernels(),
+      .kernels = &kernels,
       .wt = wt,
       .w = static_cast<const uint8_t*>(w),
       .row_bytes = RowBytes(wt, n_in),
       .n_out = n_out,
       .n_in = n_in,
       .x = x,
+      .xq = xq,
       .n_tok = n_tok,
       .y = y,
       .rows_per_task = n_tok == 1 ? kMatVecTaskRows : kMatMatTaskRows,
@@ -207,9 +247,12 @@ void MatMul_ref(DType wt, const void* w, int64_t n_out, int64_t n_in, const floa
   const KernelSet& ref = ReferenceKernels();
   const auto* rows = static_cast<const uint8_t*>(w);
   const size_t row_bytes = RowBytes(wt, n_in);
+  std::vector<BlockQ8Act> xq(UsesQ8Activations(wt) ? n_in / kQK : 0);
   for (int64_t t = 0; t < n_tok; ++t) {
+    if (!xq.empty()) ref.quantize_act(x + t * n_in, xq.data(), n_in);
     for (int64_t o = 0; o < n_out; ++o) {
-      y[t * n_out + o] = ref.dot(wt, rows + o * row_bytes, x + t * n_in, n_in);
+      y[t * n_out + o] = xq.empty() ? ref.dot(wt, rows + o * row_bytes, x + t * n_in, n_in)
+                                    : ref.dot_act(wt, rows + o * row_bytes, xq.data(), n_in);
     }
   }
 }

@@ -10,6 +10,8 @@
 
 namespace kvllm {
 
+struct BlockQ8Act;
+
 class ThreadPool;
 
 enum class SimdLevel { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
@@ -27,6 +29,11 @@ struct KernelSet {
   void (*dequantize)(DType t, const void* row, float* y, int64_t n);
   // sum_j a[j] * b[j]
   float (*dot_f32)(const float* a, const float* b, int64_t n);
+  // xq = the n / 32 BlockQ8Act blocks of x (n a multiple of 32); the same bits at every level.
+  void (*quantize_act)(const float* x, BlockQ8Act* xq, int64_t n);
+  // sum_b d_w[b] * xq[b].d * sum_j q_w[b][j] * xq[b].qs[j]  (the integer dot per block is exact)
+  // for t with UsesQ8Activations(t).
+  float (*dot_act)(DType t, const void* row, const BlockQ8Act* xq, int64_t n);
 };
 
 // The best set this CPU supports (the environment variable KVLLM_SIMD=scalar|avx2|avx512 may
@@ -39,13 +46,17 @@ const KernelSet& ReferenceKernels();
 // Y[t][o] = sum_i W[o][i] * X[t][i]
 //   W: [n_out][n_in] rows of type wt (row stride RowBytes(wt, n_in))
 //   X: [n_tok][n_in] f32, Y: [n_tok][n_out] f32
-// Rows of W are split across the pool's threads; with n_tok > 1 each row of W is dequantized
-// once per block of up to 64 tokens and reused for all of them (matrix x matrix), with
-// n_tok == 1 it is a matrix x vector. After a thread's first call nothing is allocated.
+// Rows of W are split across the pool's threads. Float weights (f32, f16, bf16): with n_tok > 1
+// each row of W is dequantized once per block of up to 64 tokens and reused for all of them
+// (matrix x matrix), with n_tok == 1 it is a matrix x vector. Q8_0 and Q4_0 weights: each row
+// of X is quantized once (BlockQ8Act) and every output is one dot_act, whatever n_tok is, so
+// a token's result does not depend on the batch it came in. After a thread's first call
+// nothing is allocated.
 // `pool` may be nullptr (runs on the calling thread).
 void MatMul(DType wt, const void* w, int64_t n_out, int64_t n_in, const float* x, int64_t n_tok,
             float* y, ThreadPool* pool);
-// Same contract using the reference kernels on one thread: the oracle for MatMul.
+// Same contract using the reference kernels on one thread (quantizing X the same way for Q8_0
+// and Q4_0 weights): the oracle for MatMul.
 void MatMul_ref(DType wt, const void* w, int64_t n_out, int64_t n_in, const float* x,
                 int64_t n_tok, float* y);
 

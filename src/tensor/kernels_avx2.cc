@@ -242,6 +242,144 @@ void Dequantize(DType t, const void* row, float* y, int64_t n) {
 
 float DotF32(const float* a, const float* b, int64_t n) { return DotFloat<F32Src>(a, b, n); }
 
+// The same arithmetic as the reference, lane by lane: |x| and max are exact, d and 1/d are the
+// same scalar operations, x * id is one rounding and _mm256_round_ps rounds ties to even as
+// nearbyint does, so the bits agree.
+void QuantizeAct(const float* x, BlockQ8Act* xq, int64_t n) {
+  const __m256 sign_bit = _mm256_set1_ps(-0.0f);
+  // packs_epi32 then packs_epi16 leave 4-byte groups in the order 0 2 4 6 1 3 5 7.
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    const float* xb = x + b * kQK;
+    __m256 v[4];
+    __m256 amax = _mm256_setzero_ps();
+    for (int k = 0; k < 4; ++k) {
+      v[k] = _mm256_loadu_ps(xb + 8 * k);
+      amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign_bit, v[k]));
+    }
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    const float d = _mm_cvtss_f32(m) / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    xq[b].d = d;
+    const __m256 vid = _mm256_set1_ps(id);
+    __m256i q[4];
+    for (int k = 0; k < 4; ++k) {
+      q[k] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[k], vid),
+                                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+    const __m256i q16 = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]),
+                                           _mm256_packs_epi32(q[2], q[3]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(xq[b].qs),
+                        _mm256_permutevar8x32_epi32(q16, order));
+  }
+}
+
+// 32 signed weights of one block, in element order.
+__m256i LoadInts(const BlockQ8_0& b) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));
+}
+
+__m256i LoadInts(const BlockQ4_0& b) {
+  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
+  const __m128i low_nibble = _mm_set1_epi8(0x0f);
+  // Byte j holds element j in its low nibble and element j + 16 in its high nibble.
+  const __m256i nibbles = _mm256_set_m128i(
+      _mm_and_si128(_mm_srli_epi16(packed, 4), low_nibble), _mm_and_si128(packed, low_nibble));
+  return _mm256_sub_epi8(nibbles, _mm256_set1_epi8(8));
+}
+
+// R weight rows x T tokens of quantized activations, every (row, token) with the same
+// operations in the same order whatever R and T are: blocks alternate between two
+// accumulators (so consecutive FMAs do not wait on each other), which are added at the end.
+// One block's term is
+//   acc += f32(sum_j w[j] * x[j]) * (d_w * d_x)
+// with the integer sum from maddubs, which multiplies unsigned by signed bytes: the signs move
+// from w onto x first; |w| <= 128 and |x| <= 127 keep every pair sum below the int16 limit.
+// Each loaded weight block serves T tokens and each activation block R rows.
+template <class Block, int R, int T>
+void ActTile(const Block* const rows[R], const BlockQ8Act* const xq[T], int64_t n,
+             float* y, int64_t y_stride) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  auto step = [&](int64_t i, __m256 (&acc)[R][T]) {
+    __m256i x[T];
+    float dx[T];
+    for (int t = 0; t < T; ++t) {
+      x[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[t][i].qs));
+      dx[t] = xq[t][i].d;
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m256i w = LoadInts(rows[r][i]);
+      const __m256i w_abs = _mm256_sign_epi8(w, w);
+      const float dw = Scale(rows[r][i].d);
+      for (int t = 0; t < T; ++t) {
+        const __m256i pairs = _mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(x[t], w));
+        const __m256 sum = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
+        acc[r][t] = _mm256_fmadd_ps(sum, _mm256_set1_ps(dw * dx[t]), acc[r][t]);
+      }
+    }
+  };
+  __m256 acc0[R][T];
+  __m256 acc1[R][T];
+  for (int r = 0; r < R; ++r) {
+    for (int t = 0; t < T; ++t) acc0[r][t] = acc1[r][t] = _mm256_setzero_ps();
+  }
+  const int64_t nb = n / kQK;
+  int64_t i = 0;
+  for (; i + 2 <= nb; i += 2) {
+    step(i, acc0);
+    step(i + 1, acc1);
+  }
+  if (i < nb) step(i, acc0);
+  for (int r = 0; r < R; ++r) {
+    for (int t = 0; t < T; ++t) y[t * y_stride + r] = HSum(_mm256_add_ps(acc0[r][t], acc1[r][t]));
+  }
+}
+
+template <class Block>
+float DotActBlocks(const void* row, const BlockQ8Act* xq, int64_t n) {
+  const Block* rows[1] = {static_cast<const Block*>(row)};
+  const BlockQ8Act* xqs[1] = {xq};
+  float y;
+  ActTile<Block, 1, 1>(rows, xqs, n, &y, 1);
+  return y;
+}
+
+// Rows in pairs, tokens in pairs: 2 x 2 x 2 accumulators fit the 16 ymm registers with the
+// loaded blocks.
+template <class Block, int R>
+void ActTileRows(const ActTileArgs& a, int64_t r0) {
+  const Block* rows[R];
+  for (int r = 0; r < R; ++r) rows[r] = reinterpret_cast<const Block*>(a.w + (r0 + r) * a.row_bytes);
+  int64_t t = 0;
+  for (; t + 2 <= a.n_tok; t += 2) {
+    const BlockQ8Act* xq[2] = {a.xq + t * a.xq_stride, a.xq + (t + 1) * a.xq_stride};
+    ActTile<Block, R, 2>(rows, xq, a.n, a.y + t * a.y_stride + r0, a.y_stride);
+  }
+  if (t < a.n_tok) {
+    const BlockQ8Act* xq[1] = {a.xq + t * a.xq_stride};
+    ActTile<Block, R, 1>(rows, xq, a.n, a.y + t * a.y_stride + r0, a.y_stride);
+  }
+}
+
+template <class Block>
+void DotActTileBlocks(const ActTileArgs& a) {
+  int r = 0;
+  for (; r + 2 <= a.n_rows; r += 2) ActTileRows<Block, 2>(a, r);
+  if (r < a.n_rows) ActTileRows<Block, 1>(a, r);
+}
+
+void DotActTile(const ActTileArgs& a) {
+  if (a.wt == DType::kQ8_0) return DotActTileBlocks<BlockQ8_0>(a);
+  DotActTileBlocks<BlockQ4_0>(a);
+}
+
+float DotAct(DType t, const void* row, const BlockQ8Act* xq, int64_t n) {
+  if (t == DType::kQ8_0) return DotActBlocks<BlockQ8_0>(row, xq, n);
+  return DotActBlocks<BlockQ4_0>(row, xq, n);
+}
+
 // R weight rows x T tokens: each x vector is loaded once for R FMAs and each w vector once
 // for T, with R * T independent accumulators. 4 x 2 uses 8 accumulators + 4 w + 2 x of the 16
 // ymm registers.
@@ -298,8 +436,9 @@ void DotTile(const TileArgs& a) {
 
 const LevelKernels& Avx2LevelKernels() {
   static constexpr LevelKernels kLevel = {
-      {SimdLevel::kAvx2, &Dot, &Axpy, &Dequantize, &DotF32},
+      {SimdLevel::kAvx2, &Dot, &Axpy, &Dequantize, &DotF32, &QuantizeAct, &DotAct},
       &DotTile,
+      &DotActTile,
   };
   return kLevel;
 }

@@ -29,9 +29,28 @@ struct TileArgs {
 };
 using DotTileFn = void (*)(const TileArgs& args);
 
+// The same for Q8_0 / Q4_0 weight rows against quantized activations:
+//   y[t * y_stride + r] = dot_act(wt, w + r * row_bytes, xq + t * xq_stride, n)
+// for r < n_rows (1..kTileRows) and t < n_tok, each bit-identical to that dot_act call, so a
+// token's result does not depend on how many tokens share the tile.
+struct ActTileArgs {
+  DType wt;
+  const uint8_t* w;
+  size_t row_bytes;
+  int n_rows;
+  const BlockQ8Act* xq;
+  int64_t xq_stride;  // blocks
+  int64_t n_tok;
+  int64_t n;
+  float* y;
+  int64_t y_stride;
+};
+using DotActTileFn = void (*)(const ActTileArgs& args);
+
 struct LevelKernels {
   KernelSet set;  // what Kernels() hands out
   DotTileFn dot_tile;
+  DotActTileFn dot_act_tile;
 };
 
 const LevelKernels& ScalarLevelKernels();

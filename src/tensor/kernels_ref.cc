@@ -1,5 +1,7 @@
 // Scalar reference kernels: the oracle every SIMD level is tested against, and the fallback on
 // CPUs without AVX2. Written for clarity; each follows the math of kernels.h literally.
+#include <cmath>
+
 #include "tensor/fp16.h"
 #include "tensor/kernels_internal.h"
 #include "tensor/quant.h"
@@ -62,6 +64,48 @@ void Axpy(DType t, const void* row, float a, float* y, int64_t n) {
 
 void Dequantize(DType t, const void* row, float* y, int64_t n) { DequantizeRow(t, row, y, n); }
 
+void QuantizeAct(const float* x, BlockQ8Act* xq, int64_t n) {
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    const float* xb = x + b * kQK;
+    float amax = 0.0f;
+    for (int j = 0; j < kQK; ++j) amax = std::fmax(amax, std::fabs(xb[j]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    xq[b].d = d;
+    for (int j = 0; j < kQK; ++j) xq[b].qs[j] = static_cast<int8_t>(std::nearbyint(xb[j] * id));
+  }
+}
+
+// The block's weights as integers: q for Q8_0, the nibble minus 8 for Q4_0.
+void BlockInts(DType t, const uint8_t* block, int w[kQK], float* d) {
+  if (t == DType::kQ8_0) {
+    const auto* b = reinterpret_cast<const BlockQ8_0*>(block);
+    for (int j = 0; j < kQK; ++j) w[j] = b->qs[j];
+    *d = F16ToF32(b->d);
+    return;
+  }
+  const auto* b = reinterpret_cast<const BlockQ4_0*>(block);
+  for (int j = 0; j < kQK / 2; ++j) {
+    w[j] = (b->qs[j] & 0x0f) - 8;
+    w[j + kQK / 2] = (b->qs[j] >> 4) - 8;
+  }
+  *d = F16ToF32(b->d);
+}
+
+float DotAct(DType t, const void* row, const BlockQ8Act* xq, int64_t n) {
+  const auto* bytes = static_cast<const uint8_t*>(row);
+  float sum = 0.0f;
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    int w[kQK];
+    float d;
+    BlockInts(t, bytes + b * BlockBytes(t), w, &d);
+    int32_t isum = 0;
+    for (int j = 0; j < kQK; ++j) isum += w[j] * xq[b].qs[j];
+    sum += d * xq[b].d * static_cast<float>(isum);
+  }
+  return sum;
+}
+
 void DotTile(const TileArgs& a) {
   for (int64_t t = 0; t < a.n_tok; ++t) {
     for (int r = 0; r < a.n_rows; ++r) {
@@ -72,12 +116,21 @@ void DotTile(const TileArgs& a) {
   }
 }
 
+void DotActTile(const ActTileArgs& a) {
+  for (int64_t t = 0; t < a.n_tok; ++t) {
+    for (int r = 0; r < a.n_rows; ++r) {
+      a.y[t * a.y_stride + r] = DotAct(a.wt, a.w + r * a.row_bytes, a.xq + t * a.xq_stride, a.n);
+    }
+  }
+}
+
 }  // namespace
 
 const LevelKernels& ScalarLevelKernels() {
   static constexpr LevelKernels kLevel = {
-      {SimdLevel::kScalar, &Dot, &Axpy, &Dequantize, &DotF32},
+      {SimdLevel::kScalar, &Dot, &Axpy, &Dequantize, &DotF32, &QuantizeAct, &DotAct},
       &DotTile,
+      &DotActTile,
   };
   return kLevel;
 }

@@ -173,6 +173,131 @@ TEST(KernelsTest, DequantizeMatchesReferenceExactly) {
   }
 }
 
+constexpr DType kQ8ActTypes[] = {DType::kQ8_0, DType::kQ4_0};
+
+// Random activations with the cases quantization must get right: a block of zeros (d = 0),
+// a block whose largest element is negative, and elements that land on a .5 tie.
+std::vector<float> AwkwardActivations(int64_t n, uint32_t seed) {
+  std::vector<float> x = RandomFloats(n, seed);
+  std::fill(x.begin(), x.begin() + kQK, 0.0f);
+  if (n >= 2 * kQK) {
+    x[kQK] = -127.0f;  // amax negative; d = 1 exactly, so the next two are exact ties
+    x[kQK + 1] = 2.5f;
+    x[kQK + 2] = 3.5f;
+  }
+  return x;
+}
+
+TEST(KernelsTest, QuantizeActIsBitIdenticalAcrossLevels) {
+  const KernelSet& ref = ReferenceKernels();
+  for (const KernelSet* ks : AvailableKernelSets()) {
+    for (int64_t n : TestSizes(DType::kQ8_0)) {
+      const std::vector<float> x = AwkwardActivations(n, 21);
+      std::vector<BlockQ8Act> got(n / kQK + 1);
+      std::vector<BlockQ8Act> want(n / kQK);
+      got.back().d = 42.0f;
+      ks->quantize_act(x.data(), got.data(), n);
+      ref.quantize_act(x.data(), want.data(), n);
+      for (int64_t b = 0; b < n / kQK; ++b) {
+        ASSERT_EQ(got[b].d, want[b].d) << Describe(ks, DType::kQ8_0, n) << " block " << b;
+        for (int j = 0; j < kQK; ++j) {
+          ASSERT_EQ(got[b].qs[j], want[b].qs[j]) << Describe(ks, DType::kQ8_0, n) << " j=" << j;
+        }
+      }
+      EXPECT_EQ(got.back().d, 42.0f) << "wrote past the last block";
+    }
+  }
+}
+
+TEST(KernelsTest, QuantizeActRoundsToNearestWithinHalfAStep) {
+  const std::vector<float> x = AwkwardActivations(96, 22);
+  std::vector<BlockQ8Act> xq(3);
+  ReferenceKernels().quantize_act(x.data(), xq.data(), 96);
+  EXPECT_EQ(xq[0].d, 0.0f);
+  for (int j = 0; j < kQK; ++j) EXPECT_EQ(xq[0].qs[j], 0);
+  EXPECT_EQ(xq[1].qs[0], -127);
+  EXPECT_EQ(xq[1].d, 1.0f);
+  EXPECT_EQ(xq[1].qs[1], 2);  // ties to even
+  EXPECT_EQ(xq[1].qs[2], 4);
+  for (int64_t i = 0; i < 96; ++i) {
+    const BlockQ8Act& b = xq[i / kQK];
+    EXPECT_LE(std::fabs(b.d * b.qs[i % kQK] - x[i]), 0.5f * b.d * (1 + 1e-5f)) << "i=" << i;
+  }
+}
+
+// dot_act against the exact sum of the dequantized weights times the dequantized activations:
+// the integer dot of each block is exact, so only the f32 sum over blocks rounds.
+TEST(KernelsTest, DotActMatchesExactSumAndReference) {
+  const KernelSet& ref = ReferenceKernels();
+  for (const KernelSet* ks : AvailableKernelSets()) {
+    for (DType t : kQ8ActTypes) {
+      for (int64_t n : TestSizes(t)) {
+        const Row row = RandomRow(t, n, 23);
+        const std::vector<float> x = AwkwardActivations(n, 24);
+        std::vector<BlockQ8Act> xq(n / kQK);
+        ref.quantize_act(x.data(), xq.data(), n);
+        std::vector<float> xd(n);
+        double exact = 0.0;
+        for (int64_t i = 0; i < n; ++i) {
+          xd[i] = xq[i / kQK].d * xq[i / kQK].qs[i % kQK];
+          exact += static_cast<double>(row.values[i]) * xd[i];
+        }
+        const double tol = DotTolerance(row.values, xd.data(), n);
+        EXPECT_NEAR(ks->dot_act(t, row.bytes.data(), xq.data(), n), exact, tol)
+            << Describe(ks, t, n);
+        EXPECT_NEAR(ks->dot_act(t, row.bytes.data(), xq.data(), n),
+                    ref.dot_act(t, row.bytes.data(), xq.data(), n), tol)
+            << Describe(ks, t, n);
+      }
+    }
+  }
+}
+
+// Weights of -128 (possible in a Q8_0 file, never written by QuantizeRow) and activations at
+// +-127 are the extremes of the AVX2 sign trick.
+TEST(KernelsTest, DotActAtIntegerExtremes) {
+  std::vector<BlockQ8_0> w(2);
+  std::vector<BlockQ8Act> xq(2);
+  int64_t want = 0;
+  for (int b = 0; b < 2; ++b) {
+    w[b].d = 0x3c00;  // 1.0 in f16
+    xq[b].d = 1.0f;
+    for (int j = 0; j < kQK; ++j) {
+      w[b].qs[j] = static_cast<int8_t>(j % 2 == 0 ? -128 : 127);
+      xq[b].qs[j] = static_cast<int8_t>(j % 3 == 0 ? -127 : 127);
+      want += int64_t{w[b].qs[j]} * xq[b].qs[j];
+    }
+  }
+  for (const KernelSet* ks : AvailableKernelSets()) {
+    EXPECT_EQ(ks->dot_act(DType::kQ8_0, w.data(), xq.data(), 2 * kQK), static_cast<float>(want))
+        << SimdLevelName(ks->level);
+  }
+}
+
+// A token's outputs must not depend on the batch it is computed in: the engine batches
+// sequences together, and a greedy token must be the same as when the sequence runs alone.
+TEST(MatMulTest, QuantizedWeightsGiveEachTokenTheSameBitsInAnyBatch) {
+  ThreadPool pool(2);
+  constexpr int64_t kOut = 67, kIn = 2080, kTok = 9;
+  for (DType t : kQ8ActTypes) {
+    std::vector<uint8_t> w(RowBytes(t, kIn) * kOut);
+    const std::vector<float> w_src = RandomFloats(kIn * kOut, 25);
+    for (int64_t o = 0; o < kOut; ++o) {
+      QuantizeRow(t, w_src.data() + o * kIn, w.data() + o * RowBytes(t, kIn), kIn);
+    }
+    const std::vector<float> x = RandomFloats(kTok * kIn, 26);
+    std::vector<float> batch(kTok * kOut);
+    MatMul(t, w.data(), kOut, kIn, x.data(), kTok, batch.data(), &pool);
+    for (int64_t tok = 0; tok < kTok; ++tok) {
+      std::vector<float> alone(kOut);
+      MatMul(t, w.data(), kOut, kIn, x.data() + tok * kIn, 1, alone.data(), &pool);
+      for (int64_t o = 0; o < kOut; ++o) {
+        ASSERT_EQ(alone[o], batch[tok * kOut + o]) << DTypeName(t) << " token " << tok;
+      }
+    }
+  }
+}
+
 // Compares MatMul on `pool` with MatMul_ref for one shape.
 void ExpectMatMulMatches(DType t, int64_t n_out, int64_t n_in, int64_t n_tok, ThreadPool* pool) {
   std::vector<uint8_t> w(RowBytes(t, n_in) * n_out);

@@ -22,6 +22,18 @@ struct BlockQ4_0 {
 };
 static_assert(sizeof(BlockQ4_0) == 18);
 
+// An activation row quantized for the integer dot with Q8_0 and Q4_0 weights (llama.cpp does
+// the same once per matmul): x[j] ~ d * qs[j] with d = max|x| / 127 kept in f32 and qs
+// rounded to nearest, ties to even. Every kernel level quantizes bit-identically.
+struct BlockQ8Act {
+  float d;
+  int8_t qs[kQK];
+};
+static_assert(sizeof(BlockQ8Act) == 36);
+
+// Whether MatMul multiplies rows of t with quantized activations (BlockQ8Act) rather than f32.
+constexpr bool UsesQ8Activations(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0; }
+
 // Converts n floats (n a multiple of BlockElems(t)) into a row of type t, and back.
 void QuantizeRow(DType t, const float* x, void* row, int64_t n);
 void DequantizeRow(DType t, const void* row, float* y, int64_t n);
