@@ -25,20 +25,21 @@ struct DecodeRun {
 };
 
 // Prefill the prompt in one batch, then decode greedily one token per forward.
-DecodeRun PrefillThenDecode(const std::string& path, DType kv_type, int block_size = 16) {
+DecodeRun PrefillThenDecode(const std::string& path, DType kv_type, int block_size = 16,
+                            const std::vector<int>& prompt = kPrompt, int threads = 2) {
   auto model = Model::Load(path);
   EXPECT_TRUE(model.ok()) << model.status().message();
   Model& m = **model;
   const int n_vocab = m.config().n_vocab;
   auto layout = KVLayout::Make(m.kv_shape(), block_size, kv_type, kv_type);
   EXPECT_TRUE(layout.ok());
-  KVCache kv(layout.value(), 64);
-  ThreadPool pool(2);
+  KVCache kv(layout.value(), static_cast<int32_t>(prompt.size() + kDecodeSteps) / block_size + 2);
+  ThreadPool pool(threads);
   SeqId seq(0);
-  DecodeRun run{kPrompt, {}};
+  DecodeRun run{prompt, {}};
   ForwardBatch batch;
-  for (size_t i = 0; i < kPrompt.size(); ++i) {
-    batch.Add(kPrompt[i], static_cast<int>(i), seq, i + 1 == kPrompt.size());
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    batch.Add(prompt[i], static_cast<int>(i), seq, i + 1 == prompt.size());
   }
   kv.Append(seq, batch.size());
   for (int step = 0; step <= kDecodeSteps; ++step) {
@@ -59,8 +60,9 @@ DecodeRun PrefillThenDecode(const std::string& path, DType kv_type, int block_si
 void ExpectMatchesReference(const DecodeRun& run, const std::string& ref_model, double tolerance) {
   auto ref = ReferenceLogits(ref_model, run.tokens);
   ASSERT_EQ(ref.size(), run.tokens.size());
+  const size_t prompt_size = run.tokens.size() - kDecodeSteps;
   for (size_t step = 0; step < run.logits.size(); ++step) {
-    const size_t pos = kPrompt.size() - 1 + step;
+    const size_t pos = prompt_size - 1 + step;
     EXPECT_LT(RelativeError(run.logits[step].data(), ref[pos]), tolerance)
         << "step " << step << " (position " << pos << ")";
   }
@@ -69,6 +71,22 @@ void ExpectMatchesReference(const DecodeRun& run, const std::string& ref_model, 
 TEST(ReferenceTest, F32ModelMatchesNumpyAfterPrefillAndDecode) {
   const std::string path = testing::TinyModel();
   ExpectMatchesReference(PrefillThenDecode(path, DType::kF32), path, 1e-4);
+}
+
+// At 700 tokens a decode step has 2 (token, kv head) pairs for 2 threads, so each context is
+// cut into 2 parts attended in parallel and merged (flash-decoding); one thread attends it
+// whole. Both match the reference.
+TEST(ReferenceTest, FlashDecodingAtLongContextMatchesNumpy) {
+  const std::string path = TestModel("tiny-f32-ctx1024-s3", "--preset tiny --type f32 --ctx 1024 --seed 3");
+  std::vector<int> prompt(700);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int>((i * 37 + 11) % 500) + 1;
+  const DecodeRun split = PrefillThenDecode(path, DType::kF32, 16, prompt, 2);
+  const DecodeRun whole = PrefillThenDecode(path, DType::kF32, 16, prompt, 1);
+  ExpectMatchesReference(split, path, 1e-4);
+  ASSERT_EQ(split.tokens, whole.tokens);
+  for (size_t step = 0; step < split.logits.size(); ++step) {
+    EXPECT_LT(RelativeError(split.logits[step], whole.logits[step]), 1e-5) << "step " << step;
+  }
 }
 
 TEST(ReferenceTest, TiedOutputEmbeddingMatchesNumpy) {

@@ -124,25 +124,24 @@ void AddValues(const AttentionArgs& a, const uint8_t* block, int32_t slot0, int3
   }
 }
 
-}  // namespace
-
-int64_t AttentionScratchFloats(const KVLayout& layout, int32_t n_group) {
-  return ScratchFloats(n_group, layout.block_size(), layout.shape().head_dim);
-}
-
-void AttendGroup(const AttentionArgs& a, float* out, float* scratch) {
+// Attends the spans' slots in [lo, hi), leaving acc, run_max and run_sum unnormalised.
+void AttendRange(const AttentionArgs& a, int32_t lo, int32_t hi, float* acc_out, float* run_max,
+                 float* run_sum, float* scratch) {
   const KVLayout& lay = a.kv->layout();
   const int32_t bs = lay.block_size();
   const int32_t d = lay.shape().head_dim;
   const BlockTable& table = a.kv->Table(a.seq);
   const KVCache::StagedK staged = a.kv->Staged(a.seq, a.layer);
   Scratch s(scratch, a.n_group, bs, d);
-  std::fill(s.run_max, s.run_max + a.n_group, -std::numeric_limits<float>::infinity());
-  std::fill(s.run_sum, s.run_sum + a.n_group, 0.0f);
-  std::fill(out, out + int64_t{a.n_group} * d, 0.0f);
+  std::fill(run_max, run_max + a.n_group, -std::numeric_limits<float>::infinity());
+  std::fill(run_sum, run_sum + a.n_group, 0.0f);
+  std::fill(acc_out, acc_out + int64_t{a.n_group} * d, 0.0f);
 
   for (int32_t sp = 0; sp < a.n_spans; ++sp) {
     const AttentionSpan& span = a.spans[sp];
+    const int32_t begin = std::max(span.begin, lo);
+    const int32_t end = std::min(span.end, hi);
+    if (begin >= end) continue;
     const float* q = span.q;
     if (lay.k_format().rotated()) {
       std::copy(q, q + int64_t{a.n_group} * d, s.q_rot);
@@ -150,9 +149,9 @@ void AttendGroup(const AttentionArgs& a, float* out, float* scratch) {
       q = s.q_rot;
     }
     // Visit the span block by block: slots [idx, idx + n) lie in one block.
-    for (int32_t idx = span.begin; idx < span.end;) {
+    for (int32_t idx = begin; idx < end;) {
       const int32_t slot0 = idx % bs;
-      const int32_t n = std::min(bs - slot0, span.end - idx);
+      const int32_t n = std::min(bs - slot0, end - idx);
       const uint8_t* block = a.kv->BlockData(table.blocks[idx / bs]);
       KBlock kb{block, nullptr};
       if (idx / bs == staged.block_idx) {
@@ -162,28 +161,75 @@ void AttendGroup(const AttentionArgs& a, float* out, float* scratch) {
       for (int32_t g = 0; g < a.n_group; ++g) {
         float* sc = s.scores + g * bs;
         for (int32_t j = 0; j < n; ++j) sc[j] *= a.scale;
-        const float m_new = std::max(s.run_max[g], *std::max_element(sc, sc + n));
-        const float correction = std::exp(s.run_max[g] - m_new);  // 0 on the first block
-        float* acc = out + int64_t{g} * d;
+        const float m_new = std::max(run_max[g], *std::max_element(sc, sc + n));
+        const float correction = std::exp(run_max[g] - m_new);  // 0 on the first block
+        float* acc = acc_out + int64_t{g} * d;
         if (correction != 1.0f) {
           for (int32_t i = 0; i < d; ++i) acc[i] *= correction;
         }
-        float sum = s.run_sum[g] * correction;
+        float sum = run_sum[g] * correction;
         for (int32_t j = 0; j < n; ++j) {
           sc[j] = std::exp(sc[j] - m_new);
           sum += sc[j];
         }
-        s.run_max[g] = m_new;
-        s.run_sum[g] = sum;
+        run_max[g] = m_new;
+        run_sum[g] = sum;
       }
-      AddValues(a, block, slot0, n, out, s);
+      AddValues(a, block, slot0, n, acc_out, s);
       idx += n;
     }
   }
+}
+
+}  // namespace
+
+int64_t AttentionScratchFloats(const KVLayout& layout, int32_t n_group) {
+  return ScratchFloats(n_group, layout.block_size(), layout.shape().head_dim);
+}
+
+void AttendGroup(const AttentionArgs& a, float* out, float* scratch) {
+  const int32_t d = a.kv->layout().shape().head_dim;
+  Scratch s(scratch, a.n_group, a.kv->layout().block_size(), d);
+  AttendRange(a, 0, std::numeric_limits<int32_t>::max(), out, s.run_max, s.run_sum, scratch);
   for (int32_t g = 0; g < a.n_group; ++g) {
     const float inv = s.run_sum[g] > 0 ? 1.0f / s.run_sum[g] : 0.0f;
     float* acc = out + int64_t{g} * d;
     for (int32_t i = 0; i < d; ++i) acc[i] *= inv;
+  }
+}
+
+int64_t AttentionPartFloats(int32_t n_group, int32_t head_dim) {
+  return int64_t{n_group} * head_dim + 2 * int64_t{n_group};
+}
+
+void AttendGroupPart(const AttentionArgs& a, int32_t slot_begin, int32_t slot_end, float* part,
+                     float* scratch) {
+  const int64_t acc_floats = int64_t{a.n_group} * a.kv->layout().shape().head_dim;
+  AttendRange(a, slot_begin, slot_end, part, part + acc_floats, part + acc_floats + a.n_group,
+              scratch);
+}
+
+void MergeAttentionParts(const float* parts, int32_t n_parts, int32_t n_group, int32_t head_dim,
+                         float* out) {
+  const int64_t acc_floats = int64_t{n_group} * head_dim;
+  const int64_t stride = AttentionPartFloats(n_group, head_dim);
+  for (int32_t g = 0; g < n_group; ++g) {
+    float m = -std::numeric_limits<float>::infinity();
+    for (int32_t p = 0; p < n_parts; ++p) m = std::max(m, parts[p * stride + acc_floats + g]);
+    float* o = out + int64_t{g} * head_dim;
+    std::fill(o, o + head_dim, 0.0f);
+    float sum = 0.0f;
+    for (int32_t p = 0; p < n_parts; ++p) {
+      const float* part = parts + p * stride;
+      const float part_sum = part[acc_floats + n_group + g];
+      if (part_sum == 0.0f) continue;  // no slot (its max is −inf)
+      const float c = std::exp(part[acc_floats + g] - m);
+      sum += part_sum * c;
+      const float* acc = part + int64_t{g} * head_dim;
+      for (int32_t i = 0; i < head_dim; ++i) o[i] += acc[i] * c;
+    }
+    const float inv = sum > 0 ? 1.0f / sum : 0.0f;
+    for (int32_t i = 0; i < head_dim; ++i) o[i] *= inv;
   }
 }
 

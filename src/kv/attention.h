@@ -52,6 +52,19 @@ int64_t AttentionScratchFloats(const KVLayout& layout, int32_t n_group);
 // `scratch` holds AttentionScratchFloats floats.
 void AttendGroup(const AttentionArgs& args, float* out, float* scratch);
 
+// Flash-decoding: at long context one query's slots are split into parts that different
+// threads attend, each leaving its softmax unnormalised; merging them is exact up to rounding.
+// A part is AttentionPartFloats floats: acc [n_group][head_dim] = Σ_j exp(s_j − max)·v_j,
+// then max [n_group] and sum [n_group] = Σ_j exp(s_j − max). A part with no slot has max −inf,
+// sum 0 and acc 0.
+int64_t AttentionPartFloats(int32_t n_group, int32_t head_dim);
+// The part of AttendGroup over the spans' slots inside [slot_begin, slot_end).
+void AttendGroupPart(const AttentionArgs& args, int32_t slot_begin, int32_t slot_end,
+                     float* part, float* scratch);
+// out [n_group][head_dim] from n_parts consecutive parts.
+void MergeAttentionParts(const float* parts, int32_t n_parts, int32_t n_group, int32_t head_dim,
+                         float* out);
+
 // The same result computed the plain way (every row dequantized with KVCache::ReadK/ReadV,
 // the unrotated query, full softmax in double): the oracle.
 void AttendGroup_ref(const AttentionArgs& args, float* out);

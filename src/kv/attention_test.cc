@@ -67,6 +67,20 @@ void ExpectMatchesReference(const KVCache& kv, SeqId seq, int32_t n_ctx, int32_t
     ASSERT_NEAR(out[i], want[i], 1e-5f * (1.0f + std::abs(want[i])))
         << "i=" << i << " bs=" << kv.block_size() << " n=" << n_ctx;
   }
+  // Flash-decoding: parts cut anywhere (inside a block, before a span, past the end; one part
+  // empty) merge to the same result.
+  const int32_t cuts[] = {0, n_ctx / 3, n_ctx / 3, std::max(n_ctx / 3, n_ctx / 2 + 1), n_ctx + 5};
+  const int64_t stride = AttentionPartFloats(n_group, kHeadDim);
+  std::vector<float> parts(4 * stride, std::nanf(""));
+  for (int p = 0; p < 4; ++p) {
+    AttendGroupPart(args, cuts[p], cuts[p + 1], &parts[p * stride], scratch.data());
+  }
+  std::vector<float> merged(n_group * kHeadDim);
+  MergeAttentionParts(parts.data(), 4, n_group, kHeadDim, merged.data());
+  for (size_t i = 0; i < out.size(); ++i) {
+    ASSERT_NEAR(merged[i], want[i], 1e-5f * (1.0f + std::abs(want[i])))
+        << "split, i=" << i << " bs=" << kv.block_size() << " n=" << n_ctx;
+  }
 }
 
 // Fills n_ctx tokens (sealing full blocks, so a KIVI K's last partial block stays staged) and

@@ -10,6 +10,10 @@
 namespace kvllm {
 namespace {
 
+// Flash-decoding cuts a context only into parts of at least this many slots: below that the
+// merge and the extra tasks cost more than the idle threads they fill.
+constexpr int32_t kMinSlotsPerAttentionPart = 256;
+
 // y = x / sqrt(mean(x²) + eps) * w
 void RmsNorm(const float* x, const float* w, float* y, int32_t n, float eps) {
   double ss = 0;
@@ -71,6 +75,11 @@ void Model::EnsureScratch(int32_t n_tok, int32_t n_threads, const KVLayout& layo
       AttentionScratchFloats(layout, c.n_group()) + int64_t{c.n_group()} * c.head_dim;
   const size_t need = static_cast<size_t>(att_scratch_stride_) * n_threads;
   if (att_scratch_.size() < need) att_scratch_.resize(need);
+  // AttentionParts splits only while (token, kv head) pairs < 2 * threads, into at most
+  // ceil(2 * threads / pairs) parts each: fewer than 4 * threads parts in all.
+  const size_t parts = static_cast<size_t>(AttentionPartFloats(c.n_group(), c.head_dim)) * 4 *
+                       static_cast<size_t>(n_threads);
+  if (att_parts_.size() < parts) att_parts_.resize(parts);
 }
 
 void Model::PlanPhases(const ForwardBatch& batch, int32_t block_size, bool staged_k) {
@@ -185,13 +194,11 @@ void Model::Attention(const ForwardBatch& batch, KVCache& kv, ThreadPool& pool, 
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   const int64_t qd = int64_t{c.n_head} * c.head_dim;
   const KVWindow& window = kv.window();
-  // One task per (token, kv head): it reads that head's K/V once for its query-head group.
-  pool.ParallelFor(int64_t{n_rows} * c.n_kv_head, [&](int64_t task, int thread) {
-    const int32_t t = rows[task / c.n_kv_head];
-    const int32_t h = static_cast<int32_t>(task % c.n_kv_head);
+  // The arguments of the attention of batch row t, KV head h; q_sink is scratch for the
+  // sinks' query.
+  auto make_args = [&](int32_t t, int32_t h, float* q_sink) {
     const int32_t pos = batch.positions[t];
     const int64_t off = t * qd + int64_t{h} * n_group * c.head_dim;
-    float* scratch = &att_scratch_[thread * att_scratch_stride_];
     AttentionArgs args{&kv, batch.seq_ids[t], layer, h, n_group, scale, {{0, pos + 1, &q_[off]}},
                        1};
     const int32_t begin = window.WindowBegin(pos);
@@ -201,15 +208,60 @@ void Model::Attention(const ForwardBatch& batch, KVCache& kv, ThreadPool& pool, 
       args.spans[0] = {begin, pos + 1, &q_[off]};
       args.n_spans = 1;
       if (window.sinks > 0) {
-        float* q_sink = scratch + AttentionScratchFloats(kv.layout(), n_group);
         std::copy(&q_raw_[off], &q_raw_[off] + int64_t{n_group} * c.head_dim, q_sink);
         Rope(q_sink, n_group, c.head_dim, c.n_rot, pos - begin + window.sinks, inv_freq_.data());
         args.spans[1] = {0, window.sinks, q_sink};
         args.n_spans = 2;
       }
     }
-    AttendGroup(args, &attn_[off], scratch);
+    return args;
+  };
+  const int64_t n_heads = int64_t{n_rows} * c.n_kv_head;
+  const int64_t scratch_floats = AttentionScratchFloats(kv.layout(), n_group);
+  const int32_t n_parts = AttentionParts(batch, rows, n_rows, pool.size());
+  if (n_parts == 1) {
+    // One task per (token, kv head): it reads that head's K/V once for its query-head group.
+    pool.ParallelFor(n_heads, [&](int64_t task, int thread) {
+      const int32_t t = rows[task / c.n_kv_head];
+      const int32_t h = static_cast<int32_t>(task % c.n_kv_head);
+      float* scratch = &att_scratch_[thread * att_scratch_stride_];
+      AttendGroup(make_args(t, h, scratch + scratch_floats),
+                  &attn_[t * qd + int64_t{h} * n_group * c.head_dim], scratch);
+    });
+    return;
+  }
+  // Flash-decoding: too few (token, kv head) pairs to keep every thread busy, so each one's
+  // slots are cut into n_parts block-aligned ranges attended in parallel, then merged.
+  const int64_t part_floats = AttentionPartFloats(n_group, c.head_dim);
+  const int32_t bs = kv.layout().block_size();
+  pool.ParallelFor(n_heads * n_parts, [&](int64_t task, int thread) {
+    const int64_t head = task / n_parts;
+    const int32_t part = static_cast<int32_t>(task % n_parts);
+    const int32_t t = rows[head / c.n_kv_head];
+    const int32_t h = static_cast<int32_t>(head % c.n_kv_head);
+    const int32_t blocks = (batch.positions[t] + bs) / bs;
+    const int32_t part_blocks = (blocks + n_parts - 1) / n_parts;
+    float* scratch = &att_scratch_[thread * att_scratch_stride_];
+    AttendGroupPart(make_args(t, h, scratch + scratch_floats), part * part_blocks * bs,
+                    (part + 1) * part_blocks * bs, &att_parts_[task * part_floats], scratch);
   });
+  for (int64_t head = 0; head < n_heads; ++head) {
+    const int32_t t = rows[head / c.n_kv_head];
+    const int32_t h = static_cast<int32_t>(head % c.n_kv_head);
+    MergeAttentionParts(&att_parts_[head * n_parts * part_floats], n_parts, n_group, c.head_dim,
+                        &attn_[t * qd + int64_t{h} * n_group * c.head_dim]);
+  }
+}
+
+int32_t Model::AttentionParts(const ForwardBatch& batch, const int32_t* rows, int32_t n_rows,
+                              int32_t n_threads) const {
+  const int64_t n_heads = int64_t{n_rows} * config_.n_kv_head;
+  if (n_heads >= 2 * int64_t{n_threads}) return 1;
+  int32_t longest = 0;
+  for (int32_t i = 0; i < n_rows; ++i) longest = std::max(longest, batch.positions[rows[i]] + 1);
+  const int64_t by_threads = (2 * int64_t{n_threads} + n_heads - 1) / n_heads;
+  const int64_t by_length = std::max<int64_t>(1, longest / kMinSlotsPerAttentionPart);
+  return static_cast<int32_t>(std::min(by_threads, by_length));
 }
 
 }  // namespace kvllm

@@ -81,6 +81,9 @@ class Model {
   // Attention of the batch rows rows[0, n_rows) in one layer.
   void Attention(const ForwardBatch& batch, KVCache& kv, ThreadPool& pool, int32_t layer,
                  const int32_t* rows, int32_t n_rows);
+  // How many parts each row's context is cut into for flash-decoding (1: not cut).
+  int32_t AttentionParts(const ForwardBatch& batch, const int32_t* rows, int32_t n_rows,
+                         int32_t n_threads) const;
 
   gguf::GgufFile file_;
   ModelConfig config_;
@@ -101,6 +104,7 @@ class Model {
   std::vector<float> up_;      // [n_tok][n_ff]
   std::vector<float> att_scratch_;  // [n_threads][AttentionScratchFloats + n_group*head_dim]
   int64_t att_scratch_stride_ = 0;
+  std::vector<float> att_parts_;  // flash-decoding parts, AttentionPartFloats each
   // Phases of the current batch: rows of phase p are phase_rows_[phase_begin_[p], [p + 1]).
   std::vector<int32_t> phase_rows_;   // [n_tok] batch rows, grouped by phase
   std::vector<int32_t> phase_begin_;  // [n_phases + 1]
