@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "kv/attention.h"
+#include "kv/kv_cache.h"
 #include "tensor/dtype.h"
 #include "tensor/kernels.h"
 #include "tensor/quant.h"
@@ -76,6 +78,36 @@ void BM_MatMul(benchmark::State& state) {
   state.SetLabel(Label(t));
 }
 
+// One decode step's attention for one KV head and its query group (TinyLlama: 8 query heads of
+// 64 per KV head) over `depth` cached tokens, on one thread. bytes_per_second counts the K and
+// V bytes read. Args: kv format index (f16, q8_0), depth.
+void BM_Attention(benchmark::State& state) {
+  const char* kFormats[] = {"f16", "q8_0"};
+  const KVFormat format = *KVFormat::FromName(kFormats[state.range(0)]);
+  const int32_t depth = static_cast<int32_t>(state.range(1));
+  constexpr int32_t kGroup = 8, kHeadDim = 64, kBlock = 16;
+  auto layout = KVLayout::Make(KVShape{1, 1, kHeadDim}, kBlock, format, format);
+  KVCache kv(*layout, depth / kBlock + 1);
+  const SeqId seq(0);
+  kv.Append(seq, depth);
+  const std::vector<float> kvrow = RandomFloats(kHeadDim);
+  for (int32_t pos = 0; pos < depth; ++pos) {
+    kv.WriteK(seq, 0, pos, kvrow.data());
+    kv.WriteV(seq, 0, pos, kvrow.data());
+  }
+  const std::vector<float> q = RandomFloats(kGroup * kHeadDim);
+  std::vector<float> out(kGroup * kHeadDim);
+  std::vector<float> scratch(AttentionScratchFloats(kv.layout(), kGroup));
+  const AttentionArgs args{&kv, seq, 0, 0, kGroup, 0.125f, {{0, depth, q.data()}}, 1};
+  for (auto _ : state) {
+    AttendGroup(args, out.data(), scratch.data());
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetBytesProcessed(state.iterations() * int64_t{depth} *
+                          static_cast<int64_t>(2 * RowBytes(format.row_type(), kHeadDim)));
+  state.SetLabel(std::string(kFormats[state.range(0)]) + "/" + SimdLevelName(Kernels().level));
+}
+
 // Overhead of one ParallelFor with trivial tasks. Args: threads.
 void BM_ParallelFor(benchmark::State& state) {
   ThreadPool pool(static_cast<int>(state.range(0)));
@@ -101,6 +133,11 @@ BENCHMARK(BM_MatMul)
     ->ArgNames({"dtype", "n_out", "n_in", "n_tok", "threads"})
     ->ArgsProduct({{kF32, kF16, kBF16, kQ8_0, kQ4_0}, {2048}, {2048}, {1, 64}, {1, 2}})
     ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
+BENCHMARK(BM_Attention)
+    ->ArgNames({"kv", "depth"})
+    ->ArgsProduct({{0, 1}, {4096}})
     ->Unit(benchmark::kMicrosecond);
 
 BENCHMARK(BM_ParallelFor)->ArgNames({"threads"})->Arg(1)->Arg(2)->UseRealTime();

@@ -14,7 +14,7 @@ namespace {
 
 // AttendGroup's scratch, carved from one buffer of ScratchFloats floats.
 struct Scratch {
-  float* scores;      // [n_group][block_size]
+  float* scores;      // [n_group][n] for a block's n <= block_size slots
   float* run_max;     // [n_group]
   float* run_sum;     // [n_group]
   float* q_rot;       // [n_group][head_dim] the span's query, rotated (q4_0r)
@@ -51,23 +51,21 @@ struct KBlock {
   const uint16_t* rows;   // [block_size][head_dim] f16 when the block is staged, else nullptr
 };
 
-// scores[g][j] = q_g · k_{slot0 + j} for j < n (unscaled).
+// scores[g][j] = q_g · k_{slot0 + j} for j < n (unscaled), rows of n. The block's K rows are
+// turned into floats once (s.rows) and multiplied with the whole query group in one small
+// matrix product, so each row is converted once, not once per query head.
 void KScores(const AttentionArgs& a, const KBlock& kb, int32_t slot0, int32_t n, const float* q,
              Scratch& s) {
   const KernelSet& kern = Kernels();
   const KVLayout& lay = a.kv->layout();
   const KVFormat f = lay.k_format();
-  const int32_t bs = lay.block_size(), d = lay.shape().head_dim;
+  const int32_t d = lay.shape().head_dim;
+  const float* queries = q;
   if (kb.rows != nullptr) {
     for (int32_t j = 0; j < n; ++j) {
-      const uint16_t* krow = kb.rows + int64_t{slot0 + j} * d;
-      for (int32_t g = 0; g < a.n_group; ++g) {
-        s.scores[g * bs + j] = kern.dot(DType::kF16, krow, q + int64_t{g} * d, d);
-      }
+      kern.dequantize(DType::kF16, kb.rows + int64_t{slot0 + j} * d, s.rows + int64_t{j} * d, d);
     }
-    return;
-  }
-  if (f.is_kivi()) {
+  } else if (f.is_kivi()) {
     const uint8_t* tile = kb.data + lay.KHeadOffset(a.layer, a.kv_head);
     kivi::KTileChannels(tile, d, s.chan_scale, s.chan_min);
     for (int32_t g = 0; g < a.n_group; ++g) {
@@ -80,48 +78,38 @@ void KScores(const AttentionArgs& a, const KBlock& kb, int32_t slot0, int32_t n,
       kivi::UnpackCodes(f.bits(), tile + kivi::KCodesOffset(f.bits(), d, slot0 + j),
                         s.rows + int64_t{j} * d, d);
     }
+    queries = s.q_scale;
+  } else {
     for (int32_t j = 0; j < n; ++j) {
-      for (int32_t g = 0; g < a.n_group; ++g) {
-        s.scores[g * bs + j] =
-            kern.dot_f32(s.q_scale + int64_t{g} * d, s.rows + int64_t{j} * d, d) + s.q_min[g];
-      }
+      kern.dequantize(f.row_type(), kb.data + lay.KRowOffset(a.layer, a.kv_head, slot0 + j),
+                      s.rows + int64_t{j} * d, d);
     }
-    return;
   }
-  for (int32_t j = 0; j < n; ++j) {
-    const uint8_t* krow = kb.data + lay.KRowOffset(a.layer, a.kv_head, slot0 + j);
+  MatMul(DType::kF32, s.rows, n, d, queries, a.n_group, s.scores, nullptr);
+  if (f.is_kivi() && kb.rows == nullptr) {
     for (int32_t g = 0; g < a.n_group; ++g) {
-      s.scores[g * bs + j] = kern.dot(f.row_type(), krow, q + int64_t{g} * d, d);
+      for (int32_t j = 0; j < n; ++j) s.scores[g * n + j] += s.q_min[g];
     }
   }
 }
 
-// out[g] += Σ_j p[g][j] · v_{slot0 + j}, with p in s.scores.
+// out[g] += Σ_j p[g][j] · v_{slot0 + j}, with p in s.scores (rows of n). The V rows become
+// floats once (s.rows, free again once KScores is done with it) for the whole group.
 void AddValues(const AttentionArgs& a, const uint8_t* block, int32_t slot0, int32_t n,
                float* out, Scratch& s) {
   const KernelSet& kern = Kernels();
   const KVLayout& lay = a.kv->layout();
   const KVFormat f = lay.v_format();
-  const int32_t bs = lay.block_size(), d = lay.shape().head_dim;
-  if (f.is_kivi()) {
-    for (int32_t j = 0; j < n; ++j) {
-      kivi::DequantizeVRow(f.bits(), block + lay.VRowOffset(a.layer, a.kv_head, slot0 + j),
-                           s.rows + int64_t{j} * d, d);
-    }
-    for (int32_t j = 0; j < n; ++j) {
-      for (int32_t g = 0; g < a.n_group; ++g) {
-        kern.axpy(DType::kF32, s.rows + int64_t{j} * d, s.scores[g * bs + j],
-                  out + int64_t{g} * d, d);
-      }
-    }
-    return;
-  }
+  const int32_t d = lay.shape().head_dim;
   for (int32_t j = 0; j < n; ++j) {
     const uint8_t* vrow = block + lay.VRowOffset(a.layer, a.kv_head, slot0 + j);
-    for (int32_t g = 0; g < a.n_group; ++g) {
-      kern.axpy(f.row_type(), vrow, s.scores[g * bs + j], out + int64_t{g} * d, d);
+    if (f.is_kivi()) {
+      kivi::DequantizeVRow(f.bits(), vrow, s.rows + int64_t{j} * d, d);
+    } else {
+      kern.dequantize(f.row_type(), vrow, s.rows + int64_t{j} * d, d);
     }
   }
+  kern.weighted_rows(s.scores, n, a.n_group, s.rows, n, d, out);
 }
 
 // Attends the spans' slots in [lo, hi), leaving acc, run_max and run_sum unnormalised.
@@ -159,7 +147,7 @@ void AttendRange(const AttentionArgs& a, int32_t lo, int32_t hi, float* acc_out,
       }
       KScores(a, kb, slot0, n, q, s);
       for (int32_t g = 0; g < a.n_group; ++g) {
-        float* sc = s.scores + g * bs;
+        float* sc = s.scores + g * n;
         for (int32_t j = 0; j < n; ++j) sc[j] *= a.scale;
         const float m_new = std::max(run_max[g], *std::max_element(sc, sc + n));
         const float correction = std::exp(run_max[g] - m_new);  // 0 on the first block

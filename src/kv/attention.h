@@ -12,14 +12,17 @@
 // KVWindow), where the sinks are read with the query rotated so that they sit just before
 // the window (StreamingLLM positions).
 //
-// How each K format is read (kv_format.h), per block:
-//   row formats   s_j = dot(row_j, q)                 (tensor kernels, in the stored DType)
+// Per block, the n slots' K rows are turned into floats in scratch and multiplied with the
+// whole query group in one small matrix product (scores [n_group][n]); then the V rows,
+// turned into floats in the same scratch, are added with the probabilities as weights. Each
+// row is converted once per query group, never once per query head. How K is read
+// (kv_format.h):
+//   row formats   s_j = k_j · q                       (k_j dequantized from its DType)
 //   q4_0r         the same with q rotated first (R q)·(R k_j) = q·k_j, once per span
-//   KIVI, staged  s_j = dot(f16 row_j, q)             (the block the query sits in, see KVCache)
+//   KIVI, staged  s_j = k_j · q                       (f16 rows: the block the query sits in)
 //   KIVI, sealed  s_j = Σ_d (q_d·scale_d)·code_jd + Σ_d q_d·min_d: q·scale and q·min once per
-//                 block; the block's codes are unpacked into floats (scratch) for dot_f32
-// V rows are added with axpy in their DType; a KIVI V block's rows are dequantized into
-// floats (scratch) first. Scratch holds at most one block: no copy of the cache is made.
+//                 block, against the block's codes unpacked into floats
+// Scratch holds at most one block: no copy of the cache is made.
 #pragma once
 
 #include <cstdint>

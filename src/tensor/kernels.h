@@ -29,6 +29,10 @@ struct KernelSet {
   void (*dequantize)(DType t, const void* row, float* y, int64_t n);
   // sum_j a[j] * b[j]
   float (*dot_f32)(const float* a, const float* b, int64_t n);
+  // y[g][i] += sum_j p[g * p_stride + j] * v[j][i]  for g < n_g, j < n, i < d; f32, v and y
+  // with row stride d (attention's probabilities times V rows).
+  void (*weighted_rows)(const float* p, int64_t p_stride, int64_t n_g, const float* v, int64_t n,
+                        int64_t d, float* y);
   // xq = the n / 32 BlockQ8Act blocks of x (n a multiple of 32); the same bits at every level.
   void (*quantize_act)(const float* x, BlockQ8Act* xq, int64_t n);
   // sum_b d_w[b] * xq[b].d * sum_j q_w[b][j] * xq[b].qs[j]  (the integer dot per block is exact)

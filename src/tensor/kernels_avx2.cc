@@ -242,6 +242,42 @@ void Dequantize(DType t, const void* row, float* y, int64_t n) {
 
 float DotF32(const float* a, const float* b, int64_t n) { return DotFloat<F32Src>(a, b, n); }
 
+// Strips of 32 columns of y[g] stay in 4 registers while every row of v adds into them, so y
+// is loaded and stored once per strip instead of once per row.
+void WeightedRows(const float* p, int64_t p_stride, int64_t n_g, const float* v, int64_t n,
+                  int64_t d, float* y) {
+  for (int64_t g = 0; g < n_g; ++g) {
+    const float* pg = p + g * p_stride;
+    float* yg = y + g * d;
+    int64_t i = 0;
+    for (; i + 32 <= d; i += 32) {
+      __m256 acc[4];
+      for (int k = 0; k < 4; ++k) acc[k] = _mm256_loadu_ps(yg + i + 8 * k);
+      for (int64_t j = 0; j < n; ++j) {
+        const __m256 pj = _mm256_set1_ps(pg[j]);
+        const float* vj = v + j * d + i;
+        for (int k = 0; k < 4; ++k) acc[k] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + 8 * k), acc[k]);
+      }
+      for (int k = 0; k < 4; ++k) _mm256_storeu_ps(yg + i + 8 * k, acc[k]);
+    }
+    for (; i + 8 <= d; i += 8) {
+      __m256 acc = _mm256_loadu_ps(yg + i);
+      for (int64_t j = 0; j < n; ++j) {
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(pg[j]), _mm256_loadu_ps(v + j * d + i), acc);
+      }
+      _mm256_storeu_ps(yg + i, acc);
+    }
+    if (i < d) {
+      const int64_t r = d - i;
+      __m256 acc = LoadTail<F32Src>(yg + i, r);
+      for (int64_t j = 0; j < n; ++j) {
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(pg[j]), LoadTail<F32Src>(v + j * d + i, r), acc);
+      }
+      StoreTail(yg + i, acc, r);
+    }
+  }
+}
+
 // The same arithmetic as the reference, lane by lane: |x| and max are exact, d and 1/d are the
 // same scalar operations, x * id is one rounding and _mm256_round_ps rounds ties to even as
 // nearbyint does, so the bits agree.
@@ -436,7 +472,8 @@ void DotTile(const TileArgs& a) {
 
 const LevelKernels& Avx2LevelKernels() {
   static constexpr LevelKernels kLevel = {
-      {SimdLevel::kAvx2, &Dot, &Axpy, &Dequantize, &DotF32, &QuantizeAct, &DotAct},
+      {SimdLevel::kAvx2, &Dot, &Axpy, &Dequantize, &DotF32, &WeightedRows, &QuantizeAct,
+       &DotAct},
       &DotTile,
       &DotActTile,
   };

@@ -64,6 +64,16 @@ void Axpy(DType t, const void* row, float a, float* y, int64_t n) {
 
 void Dequantize(DType t, const void* row, float* y, int64_t n) { DequantizeRow(t, row, y, n); }
 
+void WeightedRows(const float* p, int64_t p_stride, int64_t n_g, const float* v, int64_t n,
+                  int64_t d, float* y) {
+  for (int64_t g = 0; g < n_g; ++g) {
+    for (int64_t j = 0; j < n; ++j) {
+      const float pj = p[g * p_stride + j];
+      for (int64_t i = 0; i < d; ++i) y[g * d + i] += pj * v[j * d + i];
+    }
+  }
+}
+
 void QuantizeAct(const float* x, BlockQ8Act* xq, int64_t n) {
   for (int64_t b = 0; b < n / kQK; ++b) {
     const float* xb = x + b * kQK;
@@ -128,7 +138,8 @@ void DotActTile(const ActTileArgs& a) {
 
 const LevelKernels& ScalarLevelKernels() {
   static constexpr LevelKernels kLevel = {
-      {SimdLevel::kScalar, &Dot, &Axpy, &Dequantize, &DotF32, &QuantizeAct, &DotAct},
+      {SimdLevel::kScalar, &Dot, &Axpy, &Dequantize, &DotF32, &WeightedRows, &QuantizeAct,
+       &DotAct},
       &DotTile,
       &DotActTile,
   };

@@ -173,6 +173,31 @@ TEST(KernelsTest, DequantizeMatchesReferenceExactly) {
   }
 }
 
+TEST(KernelsTest, WeightedRowsMatchesReference) {
+  const KernelSet& ref = ReferenceKernels();
+  for (const KernelSet* ks : AvailableKernelSets()) {
+    for (int64_t d : {1, 7, 8, 33, 64, 80, 100}) {
+      for (int64_t n : {0, 1, 5, 16}) {
+        for (int64_t n_g : {1, 3, 8}) {
+          const int64_t p_stride = n + 3;  // rows of p longer than n: only n are read
+          const std::vector<float> p = RandomFloats(n_g * p_stride, 31);
+          const std::vector<float> v = RandomFloats(std::max<int64_t>(1, n * d), 32);
+          std::vector<float> y = RandomFloats(n_g * d + 1, 33);
+          std::vector<float> want(y.begin(), y.end() - 1);
+          y.back() = 42.0f;
+          ks->weighted_rows(p.data(), p_stride, n_g, v.data(), n, d, y.data());
+          ref.weighted_rows(p.data(), p_stride, n_g, v.data(), n, d, want.data());
+          for (int64_t i = 0; i < n_g * d; ++i) {
+            ASSERT_NEAR(y[i], want[i], 1e-5 * (1 + n))
+                << SimdLevelName(ks->level) << " d=" << d << " n=" << n << " n_g=" << n_g;
+          }
+          EXPECT_EQ(y.back(), 42.0f) << "wrote past y";
+        }
+      }
+    }
+  }
+}
+
 constexpr DType kQ8ActTypes[] = {DType::kQ8_0, DType::kQ4_0};
 
 // Random activations with the cases quantization must get right: a block of zeros (d = 0),
