@@ -61,10 +61,9 @@ void KScores(const AttentionArgs& a, const KBlock& kb, int32_t slot0, int32_t n,
   const KVFormat f = lay.k_format();
   const int32_t d = lay.shape().head_dim;
   const float* queries = q;
+  // A head's rows of one block lie one after another, so n rows convert in one call.
   if (kb.rows != nullptr) {
-    for (int32_t j = 0; j < n; ++j) {
-      kern.dequantize(DType::kF16, kb.rows + int64_t{slot0 + j} * d, s.rows + int64_t{j} * d, d);
-    }
+    kern.dequantize(DType::kF16, kb.rows + int64_t{slot0} * d, s.rows, int64_t{n} * d);
   } else if (f.is_kivi()) {
     const uint8_t* tile = kb.data + lay.KHeadOffset(a.layer, a.kv_head);
     kivi::KTileChannels(tile, d, s.chan_scale, s.chan_min);
@@ -80,10 +79,8 @@ void KScores(const AttentionArgs& a, const KBlock& kb, int32_t slot0, int32_t n,
     }
     queries = s.q_scale;
   } else {
-    for (int32_t j = 0; j < n; ++j) {
-      kern.dequantize(f.row_type(), kb.data + lay.KRowOffset(a.layer, a.kv_head, slot0 + j),
-                      s.rows + int64_t{j} * d, d);
-    }
+    kern.dequantize(f.row_type(), kb.data + lay.KRowOffset(a.layer, a.kv_head, slot0), s.rows,
+                    int64_t{n} * d);
   }
   MatMul(DType::kF32, s.rows, n, d, queries, a.n_group, s.scores, nullptr);
   if (f.is_kivi() && kb.rows == nullptr) {
@@ -101,13 +98,14 @@ void AddValues(const AttentionArgs& a, const uint8_t* block, int32_t slot0, int3
   const KVLayout& lay = a.kv->layout();
   const KVFormat f = lay.v_format();
   const int32_t d = lay.shape().head_dim;
-  for (int32_t j = 0; j < n; ++j) {
-    const uint8_t* vrow = block + lay.VRowOffset(a.layer, a.kv_head, slot0 + j);
-    if (f.is_kivi()) {
-      kivi::DequantizeVRow(f.bits(), vrow, s.rows + int64_t{j} * d, d);
-    } else {
-      kern.dequantize(f.row_type(), vrow, s.rows + int64_t{j} * d, d);
+  if (f.is_kivi()) {
+    for (int32_t j = 0; j < n; ++j) {
+      kivi::DequantizeVRow(f.bits(), block + lay.VRowOffset(a.layer, a.kv_head, slot0 + j),
+                           s.rows + int64_t{j} * d, d);
     }
+  } else {
+    kern.dequantize(f.row_type(), block + lay.VRowOffset(a.layer, a.kv_head, slot0), s.rows,
+                    int64_t{n} * d);
   }
   kern.weighted_rows(s.scores, n, a.n_group, s.rows, n, d, out);
 }
@@ -115,6 +113,7 @@ void AddValues(const AttentionArgs& a, const uint8_t* block, int32_t slot0, int3
 // Attends the spans' slots in [lo, hi), leaving acc, run_max and run_sum unnormalised.
 void AttendRange(const AttentionArgs& a, int32_t lo, int32_t hi, float* acc_out, float* run_max,
                  float* run_sum, float* scratch) {
+  const KernelSet& kern = Kernels();
   const KVLayout& lay = a.kv->layout();
   const int32_t bs = lay.block_size();
   const int32_t d = lay.shape().head_dim;
@@ -155,13 +154,8 @@ void AttendRange(const AttentionArgs& a, int32_t lo, int32_t hi, float* acc_out,
         if (correction != 1.0f) {
           for (int32_t i = 0; i < d; ++i) acc[i] *= correction;
         }
-        float sum = run_sum[g] * correction;
-        for (int32_t j = 0; j < n; ++j) {
-          sc[j] = std::exp(sc[j] - m_new);
-          sum += sc[j];
-        }
         run_max[g] = m_new;
-        run_sum[g] = sum;
+        run_sum[g] = run_sum[g] * correction + kern.exp_sum(sc, n, m_new);
       }
       AddValues(a, block, slot0, n, acc_out, s);
       idx += n;

@@ -33,6 +33,9 @@ struct KernelSet {
   // with row stride d (attention's probabilities times V rows).
   void (*weighted_rows)(const float* p, int64_t p_stride, int64_t n_g, const float* v, int64_t n,
                         int64_t d, float* y);
+  // x[j] = exp(x[j] - shift) for j < n; returns sum_j x[j] (softmax's numerators; x[j] <= shift
+  // in use). Within a few ulps of std::exp.
+  float (*exp_sum)(float* x, int64_t n, float shift);
   // xq = the n / 32 BlockQ8Act blocks of x (n a multiple of 32); the same bits at every level.
   void (*quantize_act)(const float* x, BlockQ8Act* xq, int64_t n);
   // sum_b d_w[b] * xq[b].d * sum_j q_w[b][j] * xq[b].qs[j]  (the integer dot per block is exact)

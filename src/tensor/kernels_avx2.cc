@@ -278,6 +278,46 @@ void WeightedRows(const float* p, int64_t p_stride, int64_t n_g, const float* v,
   }
 }
 
+// exp(x) as 2^k * e^r with k = round(x / ln 2) and |r| <= ln(2) / 2: r is x - k ln 2 with ln 2
+// split in two so that k ln 2 is exact, e^r is 1 + r + r^2 p(r) with the degree-5 minimax p of
+// the Cephes library's expf, and 2^k goes into the exponent bits. Inputs are clamped to
+// [-87.3, 88], where 2^k stays a normal float.
+__m256 Exp(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.33654f)), _mm256_set1_ps(88.0f));
+  const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  const __m256 e_r = _mm256_add_ps(_mm256_fmadd_ps(_mm256_mul_ps(p, r), r, r), _mm256_set1_ps(1.0f));
+  const __m256i two_k = _mm256_slli_epi32(
+      _mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(e_r, _mm256_castsi256_ps(two_k));
+}
+
+float ExpSum(float* x, int64_t n, float shift) {
+  const __m256 vshift = _mm256_set1_ps(shift);
+  __m256 sum = _mm256_setzero_ps();
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 e = Exp(_mm256_sub_ps(_mm256_loadu_ps(x + j), vshift));
+    _mm256_storeu_ps(x + j, e);
+    sum = _mm256_add_ps(sum, e);
+  }
+  float total = HSum(sum);
+  if (j < n) {
+    float e[8];
+    _mm256_storeu_ps(e, Exp(_mm256_sub_ps(LoadTail<F32Src>(x + j, n - j), vshift)));
+    for (int64_t i = 0; j + i < n; ++i) total += (x[j + i] = e[i]);
+  }
+  return total;
+}
+
 // The same arithmetic as the reference, lane by lane: |x| and max are exact, d and 1/d are the
 // same scalar operations, x * id is one rounding and _mm256_round_ps rounds ties to even as
 // nearbyint does, so the bits agree.
@@ -472,8 +512,8 @@ void DotTile(const TileArgs& a) {
 
 const LevelKernels& Avx2LevelKernels() {
   static constexpr LevelKernels kLevel = {
-      {SimdLevel::kAvx2, &Dot, &Axpy, &Dequantize, &DotF32, &WeightedRows, &QuantizeAct,
-       &DotAct},
+      {SimdLevel::kAvx2, &Dot, &Axpy, &Dequantize, &DotF32, &WeightedRows, &ExpSum,
+       &QuantizeAct, &DotAct},
       &DotTile,
       &DotActTile,
   };

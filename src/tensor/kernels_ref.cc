@@ -74,6 +74,12 @@ void WeightedRows(const float* p, int64_t p_stride, int64_t n_g, const float* v,
   }
 }
 
+float ExpSum(float* x, int64_t n, float shift) {
+  float sum = 0.0f;
+  for (int64_t j = 0; j < n; ++j) sum += (x[j] = std::exp(x[j] - shift));
+  return sum;
+}
+
 void QuantizeAct(const float* x, BlockQ8Act* xq, int64_t n) {
   for (int64_t b = 0; b < n / kQK; ++b) {
     const float* xb = x + b * kQK;
@@ -138,8 +144,8 @@ void DotActTile(const ActTileArgs& a) {
 
 const LevelKernels& ScalarLevelKernels() {
   static constexpr LevelKernels kLevel = {
-      {SimdLevel::kScalar, &Dot, &Axpy, &Dequantize, &DotF32, &WeightedRows, &QuantizeAct,
-       &DotAct},
+      {SimdLevel::kScalar, &Dot, &Axpy, &Dequantize, &DotF32, &WeightedRows, &ExpSum,
+       &QuantizeAct, &DotAct},
       &DotTile,
       &DotActTile,
   };

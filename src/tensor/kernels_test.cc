@@ -198,6 +198,27 @@ TEST(KernelsTest, WeightedRowsMatchesReference) {
   }
 }
 
+// Softmax numerators: scores minus their max, from 0 down to where exp underflows.
+TEST(KernelsTest, ExpSumMatchesStdExp) {
+  for (const KernelSet* ks : AvailableKernelSets()) {
+    for (int64_t n : {0, 1, 7, 8, 9, 16, 33, 200}) {
+      std::vector<float> x(n + 1, 42.0f);
+      for (int64_t j = 0; j < n; ++j) x[j] = -100.0f * j / std::max<int64_t>(1, n - 1) + 3.0f;
+      const std::vector<float> in(x.begin(), x.end() - 1);
+      const float sum = ks->exp_sum(x.data(), n, 3.0f);
+      double want_sum = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        const double want = std::exp(static_cast<double>(in[j]) - 3.0);
+        want_sum += want;
+        // A few ulps, or the smallest normal float where exp underflows.
+        ASSERT_NEAR(x[j], want, 4e-7 * want + 1.2e-38) << SimdLevelName(ks->level) << " n=" << n << " j=" << j;
+      }
+      EXPECT_NEAR(sum, want_sum, 1e-6 * want_sum + 1e-37) << SimdLevelName(ks->level) << " n=" << n;
+      EXPECT_EQ(x[n], 42.0f) << "wrote past x";
+    }
+  }
+}
+
 constexpr DType kQ8ActTypes[] = {DType::kQ8_0, DType::kQ4_0};
 
 // Random activations with the cases quantization must get right: a block of zeros (d = 0),
