@@ -345,6 +345,11 @@ void QuantizeAct(const float* x, BlockQ8Act* xq, int64_t n) {
       q[k] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[k], vid),
                                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     }
+    const __m256i q_sum = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+    __m128i isum = _mm_add_epi32(_mm256_castsi256_si128(q_sum), _mm256_extracti128_si256(q_sum, 1));
+    isum = _mm_add_epi32(isum, _mm_shuffle_epi32(isum, 0x4e));
+    isum = _mm_add_epi32(isum, _mm_shuffle_epi32(isum, 0xb1));
+    xq[b].sum = d * static_cast<float>(_mm_cvtsi128_si32(isum));
     const __m256i q16 = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]),
                                            _mm256_packs_epi32(q[2], q[3]));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(xq[b].qs),
@@ -352,47 +357,64 @@ void QuantizeAct(const float* x, BlockQ8Act* xq, int64_t n) {
   }
 }
 
-// 32 signed weights of one block, in element order.
-__m256i LoadInts(const BlockQ8_0& b) {
-  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));
-}
+// How ActTile reads one kind of weight block as 32 integers for maddubs, which multiplies
+// unsigned by signed bytes:
+//   Q8_0  signed q: its signs move onto x (|q| <= 128 and |x| <= 127 keep a pair sum below the
+//         int16 limit)
+//   Q4_0  the nibbles n = q + 8, already unsigned; sum_j n_j x_j - 8 sum_j x_j is the dot, and
+//         the activation block carries sum_j x_j (BlockQ8Act::sum)
+struct Q8_0Ints {
+  using Block = BlockQ8_0;
+  static constexpr float kOffset = 0.0f;
+  static __m256i Load(const BlockQ8_0& b) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));
+  }
+  static __m256i Pairs(__m256i w, __m256i x) {
+    return _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+  }
+};
 
-__m256i LoadInts(const BlockQ4_0& b) {
-  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
-  const __m128i low_nibble = _mm_set1_epi8(0x0f);
-  // Byte j holds element j in its low nibble and element j + 16 in its high nibble.
-  const __m256i nibbles = _mm256_set_m128i(
-      _mm_and_si128(_mm_srli_epi16(packed, 4), low_nibble), _mm_and_si128(packed, low_nibble));
-  return _mm256_sub_epi8(nibbles, _mm256_set1_epi8(8));
+struct Q4_0Ints {
+  using Block = BlockQ4_0;
+  static constexpr float kOffset = 8.0f;
+  static __m256i Load(const BlockQ4_0& b) {
+    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
+    const __m128i low_nibble = _mm_set1_epi8(0x0f);
+    // Byte j holds element j in its low nibble and element j + 16 in its high nibble.
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), low_nibble),
+                            _mm_and_si128(packed, low_nibble));
+  }
+  static __m256i Pairs(__m256i w, __m256i x) { return _mm256_maddubs_epi16(w, x); }
+};
+
+// a * b + c with one rounding. Spelled out so that the compiler's choice to contract (or not)
+// cannot differ between two tile shapes and break their bit-for-bit agreement.
+float FmaScalar(float a, float b, float c) {
+  return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
 }
 
 // R weight rows x T tokens of quantized activations, every (row, token) with the same
 // operations in the same order whatever R and T are: blocks alternate between two
 // accumulators (so consecutive FMAs do not wait on each other), which are added at the end.
 // One block's term is
-//   acc += f32(sum_j w[j] * x[j]) * (d_w * d_x)
-// with the integer sum from maddubs, which multiplies unsigned by signed bytes: the signs move
-// from w onto x first; |w| <= 128 and |x| <= 127 keep every pair sum below the int16 limit.
-// Each loaded weight block serves T tokens and each activation block R rows.
-template <class Block, int R, int T>
-void ActTile(const Block* const rows[R], const BlockQ8Act* const xq[T], int64_t n,
+//   acc += f32(sum_j w[j] * x[j]) * (d_w * d_x),   offset += d_w * sum_x
+// and the result is HSum(acc) - kOffset * offset. Each loaded weight block serves T tokens
+// and each activation block R rows.
+template <class Ints, int R, int T>
+void ActTile(const typename Ints::Block* const rows[R], const BlockQ8Act* const xq[T], int64_t n,
              float* y, int64_t y_stride) {
   const __m256i ones = _mm256_set1_epi16(1);
+  float offset[R][T] = {};
   auto step = [&](int64_t i, __m256 (&acc)[R][T]) {
     __m256i x[T];
-    float dx[T];
-    for (int t = 0; t < T; ++t) {
-      x[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[t][i].qs));
-      dx[t] = xq[t][i].d;
-    }
+    for (int t = 0; t < T; ++t) x[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[t][i].qs));
     for (int r = 0; r < R; ++r) {
-      const __m256i w = LoadInts(rows[r][i]);
-      const __m256i w_abs = _mm256_sign_epi8(w, w);
+      const __m256i w = Ints::Load(rows[r][i]);
       const float dw = Scale(rows[r][i].d);
       for (int t = 0; t < T; ++t) {
-        const __m256i pairs = _mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(x[t], w));
-        const __m256 sum = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
-        acc[r][t] = _mm256_fmadd_ps(sum, _mm256_set1_ps(dw * dx[t]), acc[r][t]);
+        const __m256 sum = _mm256_cvtepi32_ps(_mm256_madd_epi16(Ints::Pairs(w, x[t]), ones));
+        acc[r][t] = _mm256_fmadd_ps(sum, _mm256_set1_ps(dw * xq[t][i].d), acc[r][t]);
+        if constexpr (Ints::kOffset != 0.0f) offset[r][t] = FmaScalar(dw, xq[t][i].sum, offset[r][t]);
       }
     }
   };
@@ -409,51 +431,56 @@ void ActTile(const Block* const rows[R], const BlockQ8Act* const xq[T], int64_t 
   }
   if (i < nb) step(i, acc0);
   for (int r = 0; r < R; ++r) {
-    for (int t = 0; t < T; ++t) y[t * y_stride + r] = HSum(_mm256_add_ps(acc0[r][t], acc1[r][t]));
+    for (int t = 0; t < T; ++t) {
+      y[t * y_stride + r] =
+          FmaScalar(-Ints::kOffset, offset[r][t], HSum(_mm256_add_ps(acc0[r][t], acc1[r][t])));
+    }
   }
 }
 
-template <class Block>
+template <class Ints>
 float DotActBlocks(const void* row, const BlockQ8Act* xq, int64_t n) {
-  const Block* rows[1] = {static_cast<const Block*>(row)};
+  const typename Ints::Block* rows[1] = {static_cast<const typename Ints::Block*>(row)};
   const BlockQ8Act* xqs[1] = {xq};
   float y;
-  ActTile<Block, 1, 1>(rows, xqs, n, &y, 1);
+  ActTile<Ints, 1, 1>(rows, xqs, n, &y, 1);
   return y;
 }
 
 // Rows in pairs, tokens in pairs: 2 x 2 x 2 accumulators fit the 16 ymm registers with the
 // loaded blocks.
-template <class Block, int R>
+template <class Ints, int R>
 void ActTileRows(const ActTileArgs& a, int64_t r0) {
-  const Block* rows[R];
-  for (int r = 0; r < R; ++r) rows[r] = reinterpret_cast<const Block*>(a.w + (r0 + r) * a.row_bytes);
+  const typename Ints::Block* rows[R];
+  for (int r = 0; r < R; ++r) {
+    rows[r] = reinterpret_cast<const typename Ints::Block*>(a.w + (r0 + r) * a.row_bytes);
+  }
   int64_t t = 0;
   for (; t + 2 <= a.n_tok; t += 2) {
     const BlockQ8Act* xq[2] = {a.xq + t * a.xq_stride, a.xq + (t + 1) * a.xq_stride};
-    ActTile<Block, R, 2>(rows, xq, a.n, a.y + t * a.y_stride + r0, a.y_stride);
+    ActTile<Ints, R, 2>(rows, xq, a.n, a.y + t * a.y_stride + r0, a.y_stride);
   }
   if (t < a.n_tok) {
     const BlockQ8Act* xq[1] = {a.xq + t * a.xq_stride};
-    ActTile<Block, R, 1>(rows, xq, a.n, a.y + t * a.y_stride + r0, a.y_stride);
+    ActTile<Ints, R, 1>(rows, xq, a.n, a.y + t * a.y_stride + r0, a.y_stride);
   }
 }
 
-template <class Block>
+template <class Ints>
 void DotActTileBlocks(const ActTileArgs& a) {
   int r = 0;
-  for (; r + 2 <= a.n_rows; r += 2) ActTileRows<Block, 2>(a, r);
-  if (r < a.n_rows) ActTileRows<Block, 1>(a, r);
+  for (; r + 2 <= a.n_rows; r += 2) ActTileRows<Ints, 2>(a, r);
+  if (r < a.n_rows) ActTileRows<Ints, 1>(a, r);
 }
 
 void DotActTile(const ActTileArgs& a) {
-  if (a.wt == DType::kQ8_0) return DotActTileBlocks<BlockQ8_0>(a);
-  DotActTileBlocks<BlockQ4_0>(a);
+  if (a.wt == DType::kQ8_0) return DotActTileBlocks<Q8_0Ints>(a);
+  DotActTileBlocks<Q4_0Ints>(a);
 }
 
 float DotAct(DType t, const void* row, const BlockQ8Act* xq, int64_t n) {
-  if (t == DType::kQ8_0) return DotActBlocks<BlockQ8_0>(row, xq, n);
-  return DotActBlocks<BlockQ4_0>(row, xq, n);
+  if (t == DType::kQ8_0) return DotActBlocks<Q8_0Ints>(row, xq, n);
+  return DotActBlocks<Q4_0Ints>(row, xq, n);
 }
 
 // R weight rows x T tokens: each x vector is loaded once for R FMAs and each w vector once

@@ -88,7 +88,12 @@ void QuantizeAct(const float* x, BlockQ8Act* xq, int64_t n) {
     const float d = amax / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     xq[b].d = d;
-    for (int j = 0; j < kQK; ++j) xq[b].qs[j] = static_cast<int8_t>(std::nearbyint(xb[j] * id));
+    int32_t isum = 0;
+    for (int j = 0; j < kQK; ++j) {
+      xq[b].qs[j] = static_cast<int8_t>(std::nearbyint(xb[j] * id));
+      isum += xq[b].qs[j];
+    }
+    xq[b].sum = d * static_cast<float>(isum);
   }
 }
 

@@ -24,12 +24,15 @@ static_assert(sizeof(BlockQ4_0) == 18);
 
 // An activation row quantized for the integer dot with Q8_0 and Q4_0 weights (llama.cpp does
 // the same once per matmul): x[j] ~ d * qs[j] with d = max|x| / 127 kept in f32 and qs
-// rounded to nearest, ties to even. Every kernel level quantizes bit-identically.
+// rounded to nearest, ties to even; sum = d * sum_j qs[j], which lets a Q4_0 dot multiply the
+// unsigned nibbles and subtract 8 * sum once per block. Every kernel level quantizes
+// bit-identically.
 struct BlockQ8Act {
   float d;
+  float sum;
   int8_t qs[kQK];
 };
-static_assert(sizeof(BlockQ8Act) == 36);
+static_assert(sizeof(BlockQ8Act) == 40);
 
 // Whether MatMul multiplies rows of t with quantized activations (BlockQ8Act) rather than f32.
 constexpr bool UsesQ8Activations(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0; }
