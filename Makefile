@@ -7,7 +7,7 @@ KVLLM     := $(BUILD)/kvllm
 MODEL     := models/kvllm-prose.gguf
 JOBS      ?= $(shell nproc)
 
-.PHONY: deps build run test test-asan bench clean
+.PHONY: deps build run test test-asan fuzz-build fuzz fuzz-ci bench clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -29,9 +29,27 @@ test-asan: deps
 	@cmake --build $(BUILD)-asan -j $(JOBS)
 	@cd $(BUILD)-asan && ctest --output-on-failure -j $(JOBS)
 
+# libFuzzer targets of fuzz/ (clang 14, ASan + UBSan), each run on a scratch copy of its seed
+# corpus for FUZZ_RUNS executions (FUZZ_SECONDS > 0 also caps its time); docs/reliability.md.
+FUZZ_BUILD   := $(BUILD)-fuzz
+FUZZ_RUNS    ?= 1000000
+FUZZ_SECONDS ?= 0
+
+fuzz-build: deps
+	@CC=clang-14 CXX=clang++-14 cmake -S . -B $(FUZZ_BUILD) -G Ninja \
+	  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVLLM_FUZZ=ON >/dev/null
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS)
+
+fuzz: fuzz-build
+	@FUZZ_RUNS=$(FUZZ_RUNS) FUZZ_SECONDS=$(FUZZ_SECONDS) bash scripts/run-fuzzers.sh $(FUZZ_BUILD)
+
+# CI: every target briefly (about a minute in all); fails on any crash.
+fuzz-ci:
+	@$(MAKE) --no-print-directory fuzz FUZZ_RUNS=20000 FUZZ_SECONDS=0
+
 # The tables of docs/benchmarks.md (several minutes: writes a 1.1 GB TinyLlama-shaped model).
 bench: build
 	BUILD=$(BUILD) bash bench/core_benchmarks.sh
 
 clean:
-	rm -rf $(BUILD) $(BUILD)-asan
+	rm -rf $(BUILD) $(BUILD)-asan $(FUZZ_BUILD)

@@ -9,6 +9,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev libcpp-httplib-dev libxxhash-dev
   libhiredis-dev redis-server
   python3 python3-numpy
+  clang-14 libclang-rt-14-dev
 )
 
 missing=()

@@ -55,11 +55,15 @@ std::optional<ApiError> ParseMessages(const json& j, CompletionParams* out) {
     } else if (c->is_array()) {
       // Content parts: only text is understood.
       for (const json& part : *c) {
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-            !part["text"].is_string()) {
+        // Each member's type is checked before it is read: json::value() and get() throw on
+        // a mismatch ({"type": 5}), which would answer a bad request with a 500.
+        // (find() gives end() for a part that is not an object.)
+        const auto type = part.find("type");
+        const auto text = part.find("text");
+        if (type == part.end() || *type != "text" || text == part.end() || !text->is_string()) {
           return Bad("messages", "only text content parts are supported");
         }
-        content += part["text"].get<std::string>();
+        content += text->get_ref<const std::string&>();
       }
     } else {
       return Bad("messages", "a message's 'content' must be a string or an array of parts");

@@ -96,6 +96,27 @@ TEST(OpenAiProtocolTest, BadInputNamesTheField) {
   }
 }
 
+// Found writing fuzz/request_fuzz.cc (the target aborts on it): a content part whose "type"
+// is not a string threw
+// json::type_error (the server answered 500) instead of giving a 400 naming the field.
+TEST(OpenAiProtocolTest, ContentPartMembersOfTheWrongTypeAreABadRequest) {
+  CompletionParams p;
+  for (const char* parts : {R"([{"type":5}])", R"([{"type":null,"text":"x"}])",
+                            R"([{"type":["text"],"text":"x"}])", R"([{"type":"text","text":7}])",
+                            R"([{"type":"text"}])", R"([5])"}) {
+    const std::string body =
+        std::string(R"({"messages":[{"role":"user","content":)") + parts + "}]}";
+    std::optional<ApiError> e;
+    ASSERT_NO_THROW(e = Parse(body, true, &p)) << body;
+    ASSERT_TRUE(e) << body;
+    EXPECT_EQ(e->status, 400);
+    EXPECT_EQ(e->param, "messages");
+  }
+  ASSERT_FALSE(Parse(R"({"messages":[{"role":"user","content":[{"type":"text","text":"x"}]}]})",
+                     true, &p));
+  EXPECT_EQ(p.messages[0].content, "x");
+}
+
 TEST(OpenAiProtocolTest, ErrorJsonHasOpenAiShapeAndSurvivesInvalidUtf8) {
   ApiError e;
   e.message = "bad \xff byte";

@@ -1,5 +1,7 @@
 #include "tensor/kernels.h"
 
+#include <cpuid.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -35,10 +37,13 @@ SimdLevel ChooseSimdLevel(SimdLevel supported, const char* env) {
 
 namespace {
 
+// F16C is read from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports does not
+// know "f16c". The builtin's "avx2" also checks that the OS saves the YMM registers.
 bool CpuHasAvx2() {
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-         __builtin_cpu_supports("f16c");
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
 }
 
 const internal::LevelKernels& LevelKernelsFor(SimdLevel level) {
