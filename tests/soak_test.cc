@@ -588,7 +588,9 @@ TEST(SoakTest, MixedRequestsLeakNothingAndMemoryStaysFlat) {
   // Memory: after warm-up (a fifth of the requests) the idle RSS at the end may not exceed
   // the RSS then by more than 10% + 8 MiB (allocator slack); a leak per request would.
   ASSERT_GT(rss_warm, 0);
-  if (!kSanitized) EXPECT_LE(rss_end, rss_warm + rss_warm / 10 + 8 * 1024);
+  if (!kSanitized) {
+    EXPECT_LE(rss_end, rss_warm + rss_warm / 10 + 8 * 1024);
+  }
   ASSERT_TRUE(health);
   EXPECT_EQ(health->status, 200);
   EXPECT_TRUE(alive);
