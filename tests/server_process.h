@@ -21,6 +21,8 @@ class ServerProcess {
 
   bool ok() const { return port_ > 0; }
   int port() const { return port_; }
+  // The server's process id while it runs (for /proc/PID/status), -1 once stopped.
+  pid_t pid() const { return pid_; }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
   std::string log() const;
   // Sends SIGTERM and waits (up to 10 s) for a clean exit; returns the exit status, or -1.
