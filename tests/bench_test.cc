@@ -25,8 +25,9 @@ void ExpectFraction(const nlohmann::json& row, const char* key) {
   ASSERT_TRUE(row.contains(key)) << row.dump();
   const double fraction = row[key];
   EXPECT_GT(fraction, 0) << row.dump();
-  // A tiny model's weights stay in cache, so it may beat the DRAM-bound limit a little.
-  EXPECT_LT(fraction, 10) << row.dump();
+  // The tiny model's weights (0.5 MiB) stay in the caches, so its decode beats the DRAM-bound
+  // limit a few times over (3x on the 2-core test machine); a loose bound, not a timing check.
+  EXPECT_LT(fraction, 50) << row.dump();
 }
 
 TEST(BenchTest, JsonHasTheRooflineAndEachRowsFractionOfItsLimit) {
