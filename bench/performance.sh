@@ -90,6 +90,8 @@ p("| KV | depth | ms/token (median) | tokens/s | limit tokens/s | % of limit | b
 p("|---|--:|--:|--:|--:|--:|--:|--:|--:|")
 commands = []
 for kv in ("f16", "q8_0"):
+    if not os.path.getsize(os.path.join(out, f"depth-{kv}.json")):
+        continue  # that run failed or was stopped
     j = load(f"depth-{kv}.json")
     commands.append(j["command"])
     weights = j["weight_bytes_per_token"]
