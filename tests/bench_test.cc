@@ -80,7 +80,9 @@ TEST(BenchTest, NoRooflineLeavesTheLimitsOut) {
     EXPECT_GT(row["tokens_per_s"].get<double>(), 0);
     EXPECT_FALSE(row.contains("fraction_of_limit"));
   }
-  for (const nlohmann::json& row : j["depth"]) EXPECT_FALSE(row.contains("cached_fraction_of_limit"));
+  for (const nlohmann::json& row : j["depth"]) {
+    EXPECT_FALSE(row.contains("cached_fraction_of_limit"));
+  }
 }
 
 TEST(BenchTest, TablePrintsTheCommandTheCeilingsAndTheLimitColumns) {

@@ -73,7 +73,9 @@ std::string CommandLine(const BenchFlags& f) {
   if (f.depths.empty()) s << " --no-depths";
   if (f.cache_only) s << " --cache-only";
   if (!f.roofline) s << " --no-roofline";
-  if (f.roofline && f.roofline_buffer_mib > 0) s << " --roofline-buffer-mib " << f.roofline_buffer_mib;
+  if (f.roofline && f.roofline_buffer_mib > 0) {
+    s << " --roofline-buffer-mib " << f.roofline_buffer_mib;
+  }
   for (size_t i = 0; i < f.depths.size(); ++i) s << (i ? "," : " --depths ") << f.depths[i];
   return s.str();
 }
@@ -242,7 +244,8 @@ int Bench(BenchFlags f) {
                 "FMA peak %.1f GFLOP/s (register-only loop); kvllm f32 matmul %.1f GFLOP/s "
                 "(L2-resident)\n",
                 roof->threads, SimdLevelName(roof->level), roof->read_bytes_per_s / 1e9,
-                RooflineOptions{}.passes, FormatBytes(static_cast<double>(roof->buffer_bytes)).c_str(),
+                RooflineOptions{}.passes,
+                FormatBytes(static_cast<double>(roof->buffer_bytes)).c_str(),
                 roof->fma_flops_per_s / 1e9, roof->matmul_flops_per_s / 1e9);
     std::printf("limits: decode = bandwidth / (%s of weights + %s of KV per cached token x "
                 "context); prefill = FMA peak / FLOPs per prompt token\n\n",
