@@ -7,7 +7,8 @@ KVLLM     := $(BUILD)/kvllm
 MODEL     := models/kvllm-prose.gguf
 JOBS      ?= $(shell nproc)
 
-.PHONY: deps build run test test-asan test-tsan fuzz-build fuzz fuzz-ci soak bench clean
+.PHONY: deps build run test test-asan test-tsan fuzz-build fuzz fuzz-ci soak bench bench-perf \
+  clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -76,6 +77,11 @@ soak: build
 # The tables of docs/benchmarks.md (several minutes: writes a 1.1 GB TinyLlama-shaped model).
 bench: build
 	BUILD=$(BUILD) bash bench/core_benchmarks.sh
+
+# The roofline tables of docs/performance.md (about 20 minutes: writes three 0.6-2.2 GB
+# TinyLlama-shaped models; prefills 4096 tokens twice). Re-run after a kernel change.
+bench-perf: build
+	BUILD=$(BUILD) bash bench/performance.sh --update-doc
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan $(FUZZ_BUILD)

@@ -1,8 +1,10 @@
 // `kvllm bench`: llama-bench-style throughput rows (pp = prompt processing, tg = text
 // generation) and the cost of one decode step at growing context depth with and without the
 // KV cache. Every figure is the median of several runs after a warm-up, printed with min/max
-// and the command that produced it.
+// and the command that produced it. Unless --no-roofline, each row also gets the roofline
+// limit of the machine it runs on (bench_roofline.h) and the fraction of it reached.
 #include <algorithm>
+#include <optional>
 #include <cstdio>
 #include <iostream>
 #include <random>
@@ -11,9 +13,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/bench_roofline.h"
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "kv/kv_layout.h"
 #include "tensor/kernels.h"
+#include "tensor/roofline.h"
+#include "tensor/thread_pool.h"
 
 namespace kvllm::cli {
 namespace {
@@ -27,6 +33,8 @@ struct BenchFlags {
   int32_t depth_steps = 3;
   bool cache_only = false;  // skip the no-cache column of the depth table
   bool json = false;
+  bool roofline = true;          // measure bandwidth and FMA peak; print the limit columns
+  int64_t roofline_buffer_mib = 0;  // 0 = max(1 GiB, 8 x L3)
   EngineFlags engine;
 };
 
@@ -64,6 +72,10 @@ std::string CommandLine(const BenchFlags& f) {
     << " --block-size " << f.engine.block_size;
   if (f.depths.empty()) s << " --no-depths";
   if (f.cache_only) s << " --cache-only";
+  if (!f.roofline) s << " --no-roofline";
+  if (f.roofline && f.roofline_buffer_mib > 0) {
+    s << " --roofline-buffer-mib " << f.roofline_buffer_mib;
+  }
   for (size_t i = 0; i < f.depths.size(); ++i) s << (i ? "," : " --depths ") << f.depths[i];
   return s.str();
 }
@@ -107,6 +119,35 @@ int Bench(BenchFlags f) {
   }
   const std::string cmd = CommandLine(f);
   std::fprintf(stderr, "bench: %s\n", cmd.c_str());
+
+  // The ceilings, measured with the bench's thread count before the rows (the pool is gone
+  // before the engines run).
+  std::optional<Roofline> roof;
+  if (f.roofline) {
+    std::fprintf(stderr, "bench: measuring read bandwidth and FMA peak\n");
+    ThreadPool pool(f.engine.threads);
+    RooflineOptions ro;
+    ro.buffer_bytes = f.roofline_buffer_mib * (int64_t{1} << 20);
+    roof = MeasureRoofline(pool, ro);
+  }
+  auto layout = KVLayout::Make((*model)->kv_shape(), opts->block_size, opts->k_type, opts->v_type);
+  if (!layout.ok()) {
+    std::fprintf(stderr, "kvllm bench: %s\n", layout.status().message().c_str());
+    return 1;
+  }
+  const TokenCosts costs = ComputeTokenCosts(**model, *layout, opts->kv_window, opts->kv_sinks);
+  // Context attended over, on average, by the timed decode steps: tg's step i (i < n_gen)
+  // attends over i + 1 tokens; a depth row's step j (1..depth_steps) over depth + j.
+  const double tg_context = (f.n_gen + 1) / 2.0;
+  auto depth_context = [&f](int32_t depth) { return depth + (f.depth_steps + 1) / 2.0; };
+  const double pp_flops = costs.PrefillFlopsPerToken(f.n_prompt);
+  const double tg_bytes = costs.DecodeBytes(tg_context);
+  // Limit tokens/s of each kind of row (0 without a roofline).
+  const double pp_limit = roof ? roof->fma_flops_per_s / pp_flops : 0;
+  const double tg_limit = roof ? roof->read_bytes_per_s / tg_bytes : 0;
+  auto depth_limit = [&](int32_t depth) {
+    return roof ? roof->read_bytes_per_s / costs.DecodeBytes(depth_context(depth)) : 0;
+  };
 
   // Warm-up: touches the weights and the pool's threads once.
   RunOnce(**cached, RandomPrompt(std::min(f.n_prompt, 64), c.n_vocab, 0), 4);
@@ -152,14 +193,37 @@ int Bench(BenchFlags f) {
     j["params"] = params;
     j["threads"] = f.engine.threads;
     j["simd"] = SimdLevelName(Kernels().level);
-    auto row = [](const std::string& test, const Spread& s) {
-      return nlohmann::json{{"test", test}, {"tokens_per_s", s.median}, {"min", s.min},
-                            {"max", s.max}};
+    j["weight_bytes_per_token"] = costs.weight_bytes;  // read by every decode step
+    j["kv_bytes_per_token"] = costs.kv_bytes_per_token;  // per cached token attended over
+    if (roof) {
+      j["roofline"] = {{"read_bytes_per_s", roof->read_bytes_per_s},
+                       {"fma_flops_per_s", roof->fma_flops_per_s},
+                       {"matmul_f32_flops_per_s", roof->matmul_flops_per_s},
+                       {"buffer_bytes", roof->buffer_bytes},
+                       {"threads", roof->threads},
+                       {"simd", SimdLevelName(roof->level)}};
+    }
+    auto row = [&roof](const std::string& test, const Spread& s, double limit) {
+      nlohmann::json r{{"test", test}, {"tokens_per_s", s.median}, {"min", s.min}, {"max", s.max}};
+      if (roof) {
+        r["limit_tokens_per_s"] = limit;
+        r["fraction_of_limit"] = s.median / limit;
+      }
+      return r;
     };
-    j["rows"] = {row("pp" + std::to_string(f.n_prompt), pps), row("tg" + std::to_string(f.n_gen), tgs)};
+    nlohmann::json pp_row = row("pp" + std::to_string(f.n_prompt), pps, pp_limit);
+    pp_row["flops_per_token"] = pp_flops;
+    nlohmann::json tg_row = row("tg" + std::to_string(f.n_gen), tgs, tg_limit);
+    tg_row["bytes_per_token"] = tg_bytes;
+    j["rows"] = {pp_row, tg_row};
     for (const DepthRow& r : depth_rows) {
       nlohmann::json row{{"depth", r.depth}, {"cached_ms_per_token", r.cached.median},
-                         {"cached_tokens_per_s", 1000.0 / r.cached.median}};
+                         {"cached_tokens_per_s", 1000.0 / r.cached.median},
+                         {"bytes_per_token", costs.DecodeBytes(depth_context(r.depth))}};
+      if (roof) {
+        row["cached_limit_tokens_per_s"] = depth_limit(r.depth);
+        row["cached_fraction_of_limit"] = 1000.0 / r.cached.median / depth_limit(r.depth);
+      }
       if (!f.cache_only) {
         row["nocache_ms_per_token"] = r.nocache.median;
         row["ratio"] = r.nocache.median / r.cached.median;
@@ -175,25 +239,57 @@ int Bench(BenchFlags f) {
               f.model_path.c_str(), wtype, params / 1e6, FormatBytes(weight_bytes).c_str(),
               f.engine.threads, SimdLevelName(Kernels().level), f.engine.cache_type_k.c_str(),
               f.engine.cache_type_v.c_str(), f.engine.block_size);
-  std::printf("| test   | tokens/s (median of %d) |      min |      max |\n", f.repetitions);
-  std::printf("|--------|------------------------:|---------:|---------:|\n");
-  std::printf("| pp%-4d | %23.2f | %8.2f | %8.2f |\n", f.n_prompt, pps.median, pps.min, pps.max);
-  std::printf("| tg%-4d | %23.2f | %8.2f | %8.2f |\n\n", f.n_gen, tgs.median, tgs.min, tgs.max);
+  if (roof) {
+    std::printf("roofline (%d threads, %s): read bandwidth %.2f GB/s (best of %d passes over %s); "
+                "FMA peak %.1f GFLOP/s (register-only loop); kvllm f32 matmul %.1f GFLOP/s "
+                "(L2-resident)\n",
+                roof->threads, SimdLevelName(roof->level), roof->read_bytes_per_s / 1e9,
+                RooflineOptions{}.passes,
+                FormatBytes(static_cast<double>(roof->buffer_bytes)).c_str(),
+                roof->fma_flops_per_s / 1e9, roof->matmul_flops_per_s / 1e9);
+    std::printf("limits: decode = bandwidth / (%s of weights + %s of KV per cached token x "
+                "context); prefill = FMA peak / FLOPs per prompt token\n\n",
+                FormatBytes(costs.weight_bytes).c_str(),
+                FormatBytes(costs.kv_bytes_per_token).c_str());
+    std::printf("| test   | tokens/s (median of %d) |      min |      max | limit tokens/s | "
+                "%% of limit |\n", f.repetitions);
+    std::printf("|--------|------------------------:|---------:|---------:|---------------:|"
+                "-----------:|\n");
+    std::printf("| pp%-4d | %23.2f | %8.2f | %8.2f | %14.2f | %9.1f%% |\n", f.n_prompt,
+                pps.median, pps.min, pps.max, pp_limit, 100 * pps.median / pp_limit);
+    std::printf("| tg%-4d | %23.2f | %8.2f | %8.2f | %14.2f | %9.1f%% |\n\n", f.n_gen,
+                tgs.median, tgs.min, tgs.max, tg_limit, 100 * tgs.median / tg_limit);
+  } else {
+    std::printf("| test   | tokens/s (median of %d) |      min |      max |\n", f.repetitions);
+    std::printf("|--------|------------------------:|---------:|---------:|\n");
+    std::printf("| pp%-4d | %23.2f | %8.2f | %8.2f |\n", f.n_prompt, pps.median, pps.min, pps.max);
+    std::printf("| tg%-4d | %23.2f | %8.2f | %8.2f |\n\n", f.n_gen, tgs.median, tgs.min, tgs.max);
+  }
   if (depth_rows.empty()) return 0;
   std::printf("decode time per token at context depth (median of %d runs of %d steps):\n",
               f.repetitions, f.depth_steps);
-  if (f.cache_only) {
-    std::printf("| depth | KV cache ms/token | tokens/s |\n|------:|------------------:|---------:|\n");
-    for (const DepthRow& r : depth_rows) {
-      std::printf("| %5d | %17.3f | %8.2f |\n", r.depth, r.cached.median, 1000.0 / r.cached.median);
-    }
-    return 0;
+  // The KV cache columns, then (unless --cache-only) the no-cache baseline.
+  std::string head = "| depth | KV cache ms/token | tokens/s |";
+  std::string rule = "|------:|------------------:|---------:|";
+  if (roof) {
+    head += " limit tokens/s | % of limit |";
+    rule += "---------------:|-----------:|";
   }
-  std::printf("| depth | KV cache ms/token | no cache ms/token | no cache / cache |\n");
-  std::printf("|------:|------------------:|------------------:|-----------------:|\n");
+  if (!f.cache_only) {
+    head += " no cache ms/token | no cache / cache |";
+    rule += "------------------:|-----------------:|";
+  }
+  std::printf("%s\n%s\n", head.c_str(), rule.c_str());
   for (const DepthRow& r : depth_rows) {
-    std::printf("| %5d | %17.3f | %17.3f | %15.1fx |\n", r.depth, r.cached.median,
-                r.nocache.median, r.nocache.median / r.cached.median);
+    const double tps = 1000.0 / r.cached.median;
+    std::printf("| %5d | %17.3f | %8.2f |", r.depth, r.cached.median, tps);
+    if (roof) {
+      std::printf(" %14.2f | %9.1f%% |", depth_limit(r.depth), 100 * tps / depth_limit(r.depth));
+    }
+    if (!f.cache_only) {
+      std::printf(" %17.3f | %15.1fx |", r.nocache.median, r.nocache.median / r.cached.median);
+    }
+    std::printf("\n");
   }
   return 0;
 }
@@ -217,6 +313,11 @@ Command RegisterBench(CLI::App* app) {
       ->capture_default_str();
   sub->add_flag("--cache-only", f->cache_only, "depth table with the KV cache only (no baseline)");
   sub->add_flag("--json", f->json, "print JSON");
+  sub->add_flag_callback("--no-roofline", [f] { f->roofline = false; },
+                         "skip measuring bandwidth and FMA peak (no limit columns)");
+  sub->add_option("--roofline-buffer-mib", f->roofline_buffer_mib,
+                  "buffer streamed to measure read bandwidth (0 = max(1 GiB, 8 x L3))")
+      ->capture_default_str();
   f->engine.Register(sub);
   return [f] { return Bench(*f); };
 }

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Reproduces the roofline tables of docs/performance.md: writes the TinyLlama-1.1B-shaped
+# random-weight models (speed depends only on shapes and formats) and runs `kvllm bench` with
+# its roofline on each, then prints the tables as Markdown. This script is the single source
+# of those tables: after a kernel change, re-run it with --update-doc and commit the doc.
+#
+#   pp512 and tg128 for F16, Q8_0 and Q4_0 weights            (-r $REPS, default 3)
+#   decode at depth 1 and $DEPTH (default 4096) with f16 and q8_0 KV, Q4_0 weights
+#     (-r $DEPTH_REPS, default 1: every run prefills $DEPTH tokens first, minutes on 2 cores)
+#
+# Usage: bench/performance.sh [--update-doc]
+#   env: BUILD (build), THREADS (2), REPS (3), DEPTH (4096), DEPTH_REPS (1), MODELS ($BUILD/models)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${BUILD:-build}
+threads=${THREADS:-2}
+reps=${REPS:-3}
+depth=${DEPTH:-4096}
+depth_reps=${DEPTH_REPS:-1}
+models=${MODELS:-$build/models}
+update_doc=0
+[ "${1:-}" = "--update-doc" ] && update_doc=1
+py=/usr/bin/python3
+kvllm="$build/kvllm"
+out="$build/performance"
+mkdir -p "$models" "$out"
+
+for t in f16 q8_0 q4_0; do
+  m="$models/tinyllama-random-$t.gguf"
+  if [ ! -f "$m" ]; then
+    $py tools/make_model.py --preset tinyllama --type "$t" --seed 1 --out "$m.tmp"
+    mv "$m.tmp" "$m"
+  fi
+done
+
+for t in f16 q8_0 q4_0; do
+  echo "performance: pp512/tg128, $t weights" >&2
+  "$kvllm" bench -m "$models/tinyllama-random-$t.gguf" -t "$threads" -p 512 -n 128 -r "$reps" \
+    --no-depths --json > "$out/pp-tg-$t.json"
+done
+for kv in f16 q8_0; do
+  echo "performance: decode at depth 1 and $depth, $kv KV" >&2
+  # -p 1 -n 1: the pp/tg rows of these runs are not part of the table.
+  "$kvllm" bench -m "$models/tinyllama-random-q4_0.gguf" -t "$threads" -p 1 -n 1 \
+    -r "$depth_reps" --depths "1,$depth" --depth-steps 8 --cache-only -ctk "$kv" -ctv "$kv" \
+    --json > "$out/depth-$kv.json"
+done
+
+$py - "$out" "$update_doc" <<'PY'
+import datetime, json, os, re, sys
+
+out, update_doc = sys.argv[1], sys.argv[2] == "1"
+load = lambda name: json.load(open(os.path.join(out, name)))
+lines = []
+p = lines.append
+
+first = load("pp-tg-f16.json")
+roof = first["roofline"]
+p(f"Measured {datetime.date.today()} with {first['threads']} threads ({roof['simd']} kernels); "
+  f"the roofline as measured by the first run: read bandwidth "
+  f"{roof['read_bytes_per_s'] / 1e9:.1f} GB/s, FMA peak {roof['fma_flops_per_s'] / 1e9:.1f} "
+  f"GFLOP/s, kvllm f32 matmul (L2-resident) {roof['matmul_f32_flops_per_s'] / 1e9:.1f} GFLOP/s. "
+  "Each run measures its own roofline and its limits use it (the ceiling column).")
+p("")
+p("### Prefill and generation")
+p("")
+p("| weights | test | tokens/s (median) | min | max | limit tokens/s | % of limit | per token | ceiling |")
+p("|---|---|--:|--:|--:|--:|--:|--:|--:|")
+commands = []
+for t in ("f16", "q8_0", "q4_0"):
+    j = load(f"pp-tg-{t}.json")
+    commands.append(j["command"])
+    bw, peak = j["roofline"]["read_bytes_per_s"], j["roofline"]["fma_flops_per_s"]
+    for r in j["rows"]:
+        pp = "flops_per_token" in r
+        cost = (f"{r['flops_per_token'] / 1e9:.2f} GFLOP" if pp
+                else f"{r['bytes_per_token'] / 2**30:.3f} GiB")
+        ceiling = f"{peak / 1e9:.1f} GFLOP/s" if pp else f"{bw / 1e9:.2f} GB/s"
+        p(f"| {j['weight_type']} | {r['test']} | {r['tokens_per_s']:.2f} | {r['min']:.2f} | "
+          f"{r['max']:.2f} | {r['limit_tokens_per_s']:.2f} | "
+          f"{100 * r['fraction_of_limit']:.1f}% | {cost} | {ceiling} |")
+p("")
+p("```sh")
+lines.extend(commands)
+p("```")
+p("")
+p("### Decode at depth (Q4_0 weights)")
+p("")
+p("| KV | depth | ms/token (median) | tokens/s | limit tokens/s | % of limit | bytes/token | KV share | ceiling |")
+p("|---|--:|--:|--:|--:|--:|--:|--:|--:|")
+commands = []
+for kv in ("f16", "q8_0"):
+    if not os.path.getsize(os.path.join(out, f"depth-{kv}.json")):
+        continue  # that run failed or was stopped
+    j = load(f"depth-{kv}.json")
+    commands.append(j["command"])
+    weights = j["weight_bytes_per_token"]
+    bw = j["roofline"]["read_bytes_per_s"]
+    for r in j["depth"]:
+        b = r["bytes_per_token"]
+        p(f"| {kv} | {r['depth']} | {r['cached_ms_per_token']:.2f} | "
+          f"{r['cached_tokens_per_s']:.2f} | {r['cached_limit_tokens_per_s']:.2f} | "
+          f"{100 * r['cached_fraction_of_limit']:.1f}% | {b / 2**20:.1f} MiB | "
+          f"{100 * (b - weights) / b:.1f}% | {bw / 1e9:.2f} GB/s |")
+p("")
+p("```sh")
+lines.extend(commands)
+p("```")
+table = "\n".join(lines)
+print(table)
+if update_doc:
+    doc = "docs/performance.md"
+    text = open(doc).read()
+    begin, end = "<!-- begin bench/performance.sh -->", "<!-- end bench/performance.sh -->"
+    new, n = re.subn(re.escape(begin) + ".*?" + re.escape(end),
+                     lambda _: f"{begin}\n{table}\n{end}", text, flags=re.S)
+    if n != 1:
+        sys.exit(f"{doc}: no {begin} ... {end} block to replace")
+    open(doc, "w").write(new)
+    print(f"updated {doc}", file=sys.stderr)
+PY

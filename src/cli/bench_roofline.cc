@@ -1,0 +1,45 @@
+#include "cli/bench_roofline.h"
+
+#include <algorithm>
+
+namespace kvllm::cli {
+
+double TokenCosts::DecodeBytes(double context) const {
+  if (max_context > 0) context = std::min(context, static_cast<double>(max_context));
+  return weight_bytes + kv_bytes_per_token * context;
+}
+
+double TokenCosts::PrefillFlopsPerToken(int64_t n_prompt) const {
+  const double n = static_cast<double>(std::max<int64_t>(n_prompt, 1));
+  // sum over i < n of min(i + 1, max_context), divided by n.
+  double mean_context = (n + 1) / 2;
+  if (max_context > 0 && n > max_context) {
+    const double w = static_cast<double>(max_context);
+    mean_context = (w * (w + 1) / 2 + (n - w) * w) / n;
+  }
+  return layer_matmul_flops + output_flops / n + attention_flops_per_pair * mean_context;
+}
+
+TokenCosts ComputeTokenCosts(const Model& model, const KVLayout& layout, int32_t kv_window,
+                             int32_t kv_sinks) {
+  const ModelConfig& c = model.config();
+  const Weights& w = model.weights();
+  TokenCosts t;
+  const double norms = (2.0 * c.n_layer + 1) * c.n_embd * sizeof(float);
+  t.weight_bytes = static_cast<double>(w.DecodeBytes()) + norms +
+                   static_cast<double>(w.token_embd.row_bytes());
+  t.kv_bytes_per_token = static_cast<double>(layout.bytes_per_token());
+  t.max_context = kv_window > 0 ? int64_t{kv_window} + kv_sinks : 0;
+  double layer_params = 0;
+  for (const LayerWeights& l : w.layers) {
+    for (const Matrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+      layer_params += static_cast<double>(m->n_out) * static_cast<double>(m->n_in);
+    }
+  }
+  t.layer_matmul_flops = 2 * layer_params;
+  t.output_flops = 2.0 * static_cast<double>(w.output.n_out) * static_cast<double>(w.output.n_in);
+  t.attention_flops_per_pair = 4.0 * c.n_layer * c.n_head * c.head_dim;
+  return t;
+}
+
+}  // namespace kvllm::cli

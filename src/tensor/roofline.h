@@ -1,0 +1,66 @@
+// The machine's two ceilings for the roofline of `kvllm bench`:
+//   - streaming read bandwidth: every thread of a pool sums its share of a buffer far larger
+//     than the last-level cache (decode reads every weight once per token, so it is bound by
+//     this);
+//   - FMA peak: every thread runs a register-only loop of independent fused multiply-add
+//     chains, enough of them to hide the FMA latency (prefill is bound by this: it is the
+//     hard ceiling no matmul can pass);
+// and, for comparison, kvllm's own f32 MatMul on a problem that stays in the L2 cache (what
+// the prefill micro-kernel reaches when memory is not in the way).
+//
+// Each figure is the best of several timed passes after a warm-up: the best pass is the one
+// least disturbed by other processes, which is what a ceiling should be. The code is chosen
+// at run time like the kernels (AVX2 when Kernels() is AVX2, a scalar loop otherwise), so the
+// ceilings belong to the same instruction set the kernels use. Timing only; no state is kept.
+#pragma once
+
+#include <cstdint>
+
+#include "tensor/kernels.h"
+
+namespace kvllm {
+
+class ThreadPool;
+
+struct RooflineOptions {
+  // Size of the streamed buffer; 0 = max(1 GiB, 8 x the L3 cache).
+  int64_t buffer_bytes = 0;
+  int32_t passes = 5;  // timed passes per figure (the best one is reported)
+};
+
+struct Roofline {
+  SimdLevel level = SimdLevel::kScalar;  // instruction set of the loops
+  int32_t threads = 0;
+  int64_t buffer_bytes = 0;       // the streamed buffer
+  double read_bytes_per_s = 0;    // streaming read bandwidth, all threads
+  double fma_flops_per_s = 0;     // register-only FMA peak, all threads (2 FLOPs per FMA lane)
+  double matmul_flops_per_s = 0;  // MatMul, f32 weights, L2-resident, all threads
+};
+
+// Measures all three figures with every thread of `pool` (about a second and `buffer_bytes`
+// of memory, freed on return).
+Roofline MeasureRoofline(ThreadPool& pool, const RooflineOptions& options = {});
+
+// The parts, exposed for tests.
+int64_t DefaultRooflineBufferBytes();
+double MeasureReadBandwidth(ThreadPool& pool, int64_t buffer_bytes, int32_t passes);
+double MeasureFmaPeak(ThreadPool& pool, int32_t passes);
+double MeasureMatMulF32(ThreadPool& pool, int32_t passes);
+
+namespace internal {
+
+// Sum of the n 64-bit words at p (n a multiple of 16, p 32-byte aligned): a streaming read
+// the compiler cannot drop.
+uint64_t ReadSum_scalar(const uint64_t* p, int64_t n);
+uint64_t ReadSum_avx2(const uint64_t* p, int64_t n);  // AVX2 CPUs only
+
+// Runs `iters` iterations of kFmaChains independent multiply-add chains of one vector each
+// (8 floats for AVX2, 1 for scalar) and returns a value depending on all of them.
+// FLOPs done: iters * kFmaChains * lanes * 2.
+constexpr int kFmaChains = 12;  // > latency x FMA units per cycle on current x86 cores
+constexpr int kFmaLanesAvx2 = 8;
+float FmaLoop_scalar(int64_t iters);
+float FmaLoop_avx2(int64_t iters);  // AVX2 CPUs only
+
+}  // namespace internal
+}  // namespace kvllm

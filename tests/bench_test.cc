@@ -1,0 +1,100 @@
+// `kvllm bench` as a user runs it: the JSON and the table carry every row, the roofline's
+// ceilings and each row's fraction of its limit; --no-roofline leaves them out. The ranges
+// are loose sanity bounds, not timing checks.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "test_support.h"
+
+namespace kvllm {
+namespace {
+
+using testing::RunCommand;
+
+std::string Kvllm() { return testing::KvllmBinary(); }
+std::string Tiny() { return testing::TinyModel(); }
+
+// Small and quick: a 64 MiB buffer is still past the test machines' L3.
+const std::string kFlags = " -t 2 -p 32 -n 8 -r 1 --depths 16,64 --depth-steps 2 --cache-only "
+                           "--roofline-buffer-mib 64";
+
+void ExpectFraction(const nlohmann::json& row, const char* key) {
+  ASSERT_TRUE(row.contains(key)) << row.dump();
+  const double fraction = row[key];
+  EXPECT_GT(fraction, 0) << row.dump();
+  // The tiny model's weights (0.5 MiB) stay in the caches, so its decode beats the DRAM-bound
+  // limit a few times over (3x on the 2-core test machine); a loose bound, not a timing check.
+  EXPECT_LT(fraction, 50) << row.dump();
+}
+
+TEST(BenchTest, JsonHasTheRooflineAndEachRowsFractionOfItsLimit) {
+  std::string out, err;
+  ASSERT_EQ(RunCommand(Kvllm() + " bench -m " + Tiny() + kFlags + " --json", &out, &err), 0)
+      << err;
+  const nlohmann::json j = nlohmann::json::parse(out);
+  EXPECT_NE(j["command"].get<std::string>().find("kvllm bench"), std::string::npos);
+  ASSERT_TRUE(j.contains("roofline"));
+  const nlohmann::json& roof = j["roofline"];
+  const double bw = roof["read_bytes_per_s"];
+  EXPECT_GE(bw, 0.5e9);
+  EXPECT_LE(bw, 1000e9);
+  EXPECT_GT(roof["fma_flops_per_s"].get<double>(), 0);
+  EXPECT_GT(roof["matmul_f32_flops_per_s"].get<double>(), 0);
+  EXPECT_EQ(roof["buffer_bytes"].get<int64_t>(), int64_t{64} << 20);
+  EXPECT_EQ(roof["threads"].get<int>(), 2);
+  EXPECT_GT(j["kv_bytes_per_token"].get<double>(), 0);
+
+  ASSERT_EQ(j["rows"].size(), 2u);
+  const nlohmann::json& pp = j["rows"][0];
+  const nlohmann::json& tg = j["rows"][1];
+  EXPECT_EQ(pp["test"], "pp32");
+  EXPECT_EQ(tg["test"], "tg8");
+  EXPECT_GT(pp["flops_per_token"].get<double>(), 0);
+  EXPECT_GT(tg["bytes_per_token"].get<double>(), 0);
+  for (const nlohmann::json* row : {&pp, &tg}) {
+    EXPECT_GT((*row)["limit_tokens_per_s"].get<double>(), 0);
+    ExpectFraction(*row, "fraction_of_limit");
+  }
+  ASSERT_EQ(j["depth"].size(), 2u);
+  // Deeper contexts read more KV per token: the limit falls.
+  EXPECT_GT(j["depth"][1]["bytes_per_token"].get<double>(),
+            j["depth"][0]["bytes_per_token"].get<double>());
+  EXPECT_LT(j["depth"][1]["cached_limit_tokens_per_s"].get<double>(),
+            j["depth"][0]["cached_limit_tokens_per_s"].get<double>());
+  for (const nlohmann::json& row : j["depth"]) ExpectFraction(row, "cached_fraction_of_limit");
+}
+
+TEST(BenchTest, NoRooflineLeavesTheLimitsOut) {
+  std::string out, err;
+  ASSERT_EQ(RunCommand(Kvllm() + " bench -m " + Tiny() + kFlags + " --no-roofline --json", &out,
+                       &err),
+            0)
+      << err;
+  const nlohmann::json j = nlohmann::json::parse(out);
+  EXPECT_NE(j["command"].get<std::string>().find("--no-roofline"), std::string::npos);
+  EXPECT_FALSE(j.contains("roofline"));
+  for (const nlohmann::json& row : j["rows"]) {
+    EXPECT_GT(row["tokens_per_s"].get<double>(), 0);
+    EXPECT_FALSE(row.contains("fraction_of_limit"));
+  }
+  for (const nlohmann::json& row : j["depth"]) {
+    EXPECT_FALSE(row.contains("cached_fraction_of_limit"));
+  }
+}
+
+TEST(BenchTest, TablePrintsTheCommandTheCeilingsAndTheLimitColumns) {
+  std::string out, err;
+  ASSERT_EQ(RunCommand(Kvllm() + " bench -m " + Tiny() + kFlags, &out, &err), 0) << err;
+  EXPECT_NE(out.find("command: kvllm bench"), std::string::npos) << out;
+  EXPECT_NE(out.find("read bandwidth"), std::string::npos) << out;
+  EXPECT_NE(out.find("FMA peak"), std::string::npos) << out;
+  EXPECT_NE(out.find("| limit tokens/s | % of limit |"), std::string::npos) << out;
+  EXPECT_NE(out.find("| pp32 "), std::string::npos) << out;
+  EXPECT_NE(out.find("| tg8 "), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace kvllm
