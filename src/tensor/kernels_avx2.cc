@@ -387,6 +387,13 @@ struct Q4_0Ints {
   static __m256i Pairs(__m256i w, __m256i x) { return _mm256_maddubs_epi16(w, x); }
 };
 
+// How far ahead of the block in use ActTile asks for weight rows. Decode streams every weight
+// once and the loop does too much work per byte for the hardware prefetcher to keep enough
+// reads in flight; asking 4 KiB ahead (a row or two of a 2,048-wide matrix) raised TinyLlama
+// tg with Q8_0 and Q4_0 weights by about 20% on the 2-core Zen 1 here (alternated runs; 2 and
+// 8 KiB did no better).
+constexpr int kPrefetchBytes = 4096;
+
 // a * b + c with one rounding. Spelled out so that the compiler's choice to contract (or not)
 // cannot differ between two tile shapes and break their bit-for-bit agreement.
 float FmaScalar(float a, float b, float c) {
@@ -409,6 +416,7 @@ void ActTile(const typename Ints::Block* const rows[R], const BlockQ8Act* const 
     __m256i x[T];
     for (int t = 0; t < T; ++t) x[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[t][i].qs));
     for (int r = 0; r < R; ++r) {
+      _mm_prefetch(reinterpret_cast<const char*>(&rows[r][i]) + kPrefetchBytes, _MM_HINT_T0);
       const __m256i w = Ints::Load(rows[r][i]);
       const float dw = Scale(rows[r][i].d);
       for (int t = 0; t < T; ++t) {
