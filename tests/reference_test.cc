@@ -45,7 +45,8 @@ DecodeRun PrefillThenDecode(const std::string& path, DType kv_type, int block_si
   for (int step = 0; step <= kDecodeSteps; ++step) {
     std::vector<float> logits(n_vocab);
     m.Forward(batch, kv, pool, logits.data());
-    const int next = static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    const int next =
+        static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
     run.logits.push_back(std::move(logits));
     if (step == kDecodeSteps) break;
     batch.Clear();
@@ -77,7 +78,8 @@ TEST(ReferenceTest, F32ModelMatchesNumpyAfterPrefillAndDecode) {
 // cut into 2 parts attended in parallel and merged (flash-decoding); one thread attends it
 // whole. Both match the reference.
 TEST(ReferenceTest, FlashDecodingAtLongContextMatchesNumpy) {
-  const std::string path = TestModel("tiny-f32-ctx1024-s3", "--preset tiny --type f32 --ctx 1024 --seed 3");
+  const std::string path =
+      TestModel("tiny-f32-ctx1024-s3", "--preset tiny --type f32 --ctx 1024 --seed 3");
   std::vector<int> prompt(700);
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int>((i * 37 + 11) % 500) + 1;
   const DecodeRun split = PrefillThenDecode(path, DType::kF32, 16, prompt, 2);
@@ -90,7 +92,8 @@ TEST(ReferenceTest, FlashDecodingAtLongContextMatchesNumpy) {
 }
 
 TEST(ReferenceTest, TiedOutputEmbeddingMatchesNumpy) {
-  const std::string path = TestModel("tiny-f32-tied-s8", "--preset tiny --type f32 --tied --seed 8");
+  const std::string path =
+      TestModel("tiny-f32-tied-s8", "--preset tiny --type f32 --tied --seed 8");
   ExpectMatchesReference(PrefillThenDecode(path, DType::kF32), path, 1e-4);
 }
 
@@ -131,7 +134,8 @@ TEST(ReferenceTest, QuantizedFilesStayCloseToF32Reference) {
     auto ref = ReferenceLogits(f32, run.tokens);
     double worst = 0;
     for (size_t step = 0; step < run.logits.size(); ++step) {
-      worst = std::max(worst, RelativeError(run.logits[step].data(), ref[kPrompt.size() - 1 + step]));
+      worst =
+          std::max(worst, RelativeError(run.logits[step].data(), ref[kPrompt.size() - 1 + step]));
     }
     std::printf("%s weights vs f32 reference: max relative logit error %.2e\n", c.type, worst);
     EXPECT_LT(worst, c.tolerance);

@@ -163,7 +163,8 @@ TEST(AttentionTest, KiviStagingAndTheTransitionAtBlockSize) {
       for (int32_t i = pos / bs * bs; i <= pos; ++i) {
         kv.ReadK(seq, 1, 1, i, row.data());
         for (int32_t d = 0; d < kHeadDim; ++d) {
-          ASSERT_NEAR(row[d], written[i].k[kHeadDim + d], 1e-3f * std::abs(written[i].k[kHeadDim + d]));
+          ASSERT_NEAR(row[d], written[i].k[kHeadDim + d],
+                      1e-3f * std::abs(written[i].k[kHeadDim + d]));
         }
       }
       ExpectMatchesReference(kv, seq, pos + 1, 2, 1, rng);  // the query inside the block

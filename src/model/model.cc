@@ -52,7 +52,8 @@ Model::Model(gguf::GgufFile file, ModelConfig config, Weights weights)
   identity_ = HashBytes(file_.header());
   inv_freq_.resize(config_.n_rot / 2);
   for (int32_t i = 0; i < config_.n_rot / 2; ++i) {
-    inv_freq_[i] = static_cast<float>(std::pow(double{config_.rope_base}, -2.0 * i / config_.n_rot));
+    inv_freq_[i] =
+        static_cast<float>(std::pow(double{config_.rope_base}, -2.0 * i / config_.n_rot));
   }
 }
 

@@ -223,7 +223,9 @@ void MatMul(DType wt, const void* w, int64_t n_out, int64_t n_in, const float* x
   if (UsesQ8Activations(wt)) {
     const int64_t blocks = n_in / kQK;
     xq = ActScratch(n_tok * blocks);
-    for (int64_t t = 0; t < n_tok; ++t) kernels.set.quantize_act(x + t * n_in, xq + t * blocks, n_in);
+    for (int64_t t = 0; t < n_tok; ++t) {
+      kernels.set.quantize_act(x + t * n_in, xq + t * blocks, n_in);
+    }
   }
   const MatMulJob job = {
       .kernels = &kernels,

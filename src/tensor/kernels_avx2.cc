@@ -256,7 +256,9 @@ void WeightedRows(const float* p, int64_t p_stride, int64_t n_g, const float* v,
       for (int64_t j = 0; j < n; ++j) {
         const __m256 pj = _mm256_set1_ps(pg[j]);
         const float* vj = v + j * d + i;
-        for (int k = 0; k < 4; ++k) acc[k] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + 8 * k), acc[k]);
+        for (int k = 0; k < 4; ++k) {
+          acc[k] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + 8 * k), acc[k]);
+        }
       }
       for (int k = 0; k < 4; ++k) _mm256_storeu_ps(yg + i + 8 * k, acc[k]);
     }
@@ -294,7 +296,8 @@ __m256 Exp(__m256 x) {
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-  const __m256 e_r = _mm256_add_ps(_mm256_fmadd_ps(_mm256_mul_ps(p, r), r, r), _mm256_set1_ps(1.0f));
+  const __m256 e_r =
+      _mm256_add_ps(_mm256_fmadd_ps(_mm256_mul_ps(p, r), r, r), _mm256_set1_ps(1.0f));
   const __m256i two_k = _mm256_slli_epi32(
       _mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(e_r, _mm256_castsi256_ps(two_k));
@@ -345,7 +348,8 @@ void QuantizeAct(const float* x, BlockQ8Act* xq, int64_t n) {
       q[k] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[k], vid),
                                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     }
-    const __m256i q_sum = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+    const __m256i q_sum =
+        _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
     __m128i isum = _mm_add_epi32(_mm256_castsi256_si128(q_sum), _mm256_extracti128_si256(q_sum, 1));
     isum = _mm_add_epi32(isum, _mm_shuffle_epi32(isum, 0x4e));
     isum = _mm_add_epi32(isum, _mm_shuffle_epi32(isum, 0xb1));
@@ -414,7 +418,9 @@ void ActTile(const typename Ints::Block* const rows[R], const BlockQ8Act* const 
   float offset[R][T] = {};
   auto step = [&](int64_t i, __m256 (&acc)[R][T]) {
     __m256i x[T];
-    for (int t = 0; t < T; ++t) x[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[t][i].qs));
+    for (int t = 0; t < T; ++t) {
+      x[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[t][i].qs));
+    }
     for (int r = 0; r < R; ++r) {
       _mm_prefetch(reinterpret_cast<const char*>(&rows[r][i]) + kPrefetchBytes, _MM_HINT_T0);
       const __m256i w = Ints::Load(rows[r][i]);
@@ -422,7 +428,9 @@ void ActTile(const typename Ints::Block* const rows[R], const BlockQ8Act* const 
       for (int t = 0; t < T; ++t) {
         const __m256 sum = _mm256_cvtepi32_ps(_mm256_madd_epi16(Ints::Pairs(w, x[t]), ones));
         acc[r][t] = _mm256_fmadd_ps(sum, _mm256_set1_ps(dw * xq[t][i].d), acc[r][t]);
-        if constexpr (Ints::kOffset != 0.0f) offset[r][t] = FmaScalar(dw, xq[t][i].sum, offset[r][t]);
+        if constexpr (Ints::kOffset != 0.0f) {
+          offset[r][t] = FmaScalar(dw, xq[t][i].sum, offset[r][t]);
+        }
       }
     }
   };

@@ -211,7 +211,8 @@ TEST(KernelsTest, ExpSumMatchesStdExp) {
         const double want = std::exp(static_cast<double>(in[j]) - 3.0);
         want_sum += want;
         // A few ulps, or the smallest normal float where exp underflows.
-        ASSERT_NEAR(x[j], want, 4e-7 * want + 1.2e-38) << SimdLevelName(ks->level) << " n=" << n << " j=" << j;
+        ASSERT_NEAR(x[j], want, 4e-7 * want + 1.2e-38)
+            << SimdLevelName(ks->level) << " n=" << n << " j=" << j;
       }
       EXPECT_NEAR(sum, want_sum, 1e-6 * want_sum + 1e-37) << SimdLevelName(ks->level) << " n=" << n;
       EXPECT_EQ(x[n], 42.0f) << "wrote past x";
