@@ -46,20 +46,41 @@ bool CpuHasAvx2() {
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
 }
 
+// AVX-512 F, BW, VL, DQ and VNNI from CPUID leaf 7, and the OS saving the opmask and all 32
+// ZMM registers (XCR0 bits 5-7, besides SSE and AVX state) on a context switch.
+bool CpuHasAvx512() {
+  if (!CpuHasAvx2()) return false;
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0 || (ecx & bit_OSXSAVE) == 0) return false;
+  unsigned xcr0_lo = 0, xcr0_hi = 0;
+  __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  constexpr unsigned kZmmState = 0xe6;  // SSE, AVX, opmask, ZMM0-15 upper halves, ZMM16-31
+  if ((xcr0_lo & kZmmState) != kZmmState) return false;
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+  const unsigned ebx_needed = bit_AVX512F | bit_AVX512DQ | bit_AVX512BW | bit_AVX512VL;
+  return (ebx & ebx_needed) == ebx_needed && (ecx & bit_AVX512VNNI) != 0;
+}
+
+SimdLevel SupportedLevel() {
+  if (CpuHasAvx512()) return SimdLevel::kAvx512;
+  return CpuHasAvx2() ? SimdLevel::kAvx2 : SimdLevel::kScalar;
+}
+
 const internal::LevelKernels& LevelKernelsFor(SimdLevel level) {
   switch (level) {
+    case SimdLevel::kAvx512:
+      return internal::Avx512LevelKernels();
     case SimdLevel::kAvx2:
       return internal::Avx2LevelKernels();
     case SimdLevel::kScalar:
-    case SimdLevel::kAvx512:  // not implemented; never reported as supported
       break;
   }
   return internal::ScalarLevelKernels();
 }
 
 const internal::LevelKernels& ActiveLevelKernels() {
-  static const internal::LevelKernels& active = LevelKernelsFor(internal::ChooseSimdLevel(
-      CpuHasAvx2() ? SimdLevel::kAvx2 : SimdLevel::kScalar, std::getenv("KVLLM_SIMD")));
+  static const internal::LevelKernels& active = LevelKernelsFor(
+      internal::ChooseSimdLevel(SupportedLevel(), std::getenv("KVLLM_SIMD")));
   return active;
 }
 
@@ -203,9 +224,19 @@ const char* SimdLevelName(SimdLevel level) {
 
 const KernelSet& Kernels() { return ActiveLevelKernels().set; }
 
+std::vector<const internal::LevelKernels*> internal::AvailableLevelKernels() {
+  std::vector<const LevelKernels*> levels;
+  for (int level = 0; level <= static_cast<int>(SupportedLevel()); ++level) {
+    levels.push_back(&LevelKernelsFor(static_cast<SimdLevel>(level)));
+  }
+  return levels;
+}
+
 std::vector<const KernelSet*> AvailableKernelSets() {
-  std::vector<const KernelSet*> sets = {&internal::ScalarLevelKernels().set};
-  if (CpuHasAvx2()) sets.push_back(&internal::Avx2LevelKernels().set);
+  std::vector<const KernelSet*> sets;
+  for (const internal::LevelKernels* level : internal::AvailableLevelKernels()) {
+    sets.push_back(&level->set);
+  }
   return sets;
 }
 
@@ -213,12 +244,17 @@ const KernelSet& ReferenceKernels() { return internal::ScalarLevelKernels().set;
 
 void MatMul(DType wt, const void* w, int64_t n_out, int64_t n_in, const float* x, int64_t n_tok,
             float* y, ThreadPool* pool) {
+  internal::MatMulWith(ActiveLevelKernels(), wt, w, n_out, n_in, x, n_tok, y, pool);
+}
+
+void internal::MatMulWith(const LevelKernels& kernels, DType wt, const void* w, int64_t n_out,
+                          int64_t n_in, const float* x, int64_t n_tok, float* y,
+                          ThreadPool* pool) {
   if (n_out <= 0 || n_tok <= 0) return;
   if (n_in == 0) {  // empty sums; the prefill path would never touch Y
     std::fill(y, y + n_tok * n_out, 0.0f);
     return;
   }
-  const internal::LevelKernels& kernels = ActiveLevelKernels();
   BlockQ8Act* xq = nullptr;
   if (UsesQ8Activations(wt)) {
     const int64_t blocks = n_in / kQK;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "tensor/kernels.h"
 
@@ -56,6 +57,16 @@ struct LevelKernels {
 const LevelKernels& ScalarLevelKernels();
 // Only callable when the CPU has AVX2, FMA and F16C.
 const LevelKernels& Avx2LevelKernels();
+// Only callable when the CPU (and OS) have AVX-512 F, BW, VL, DQ and VNNI.
+const LevelKernels& Avx512LevelKernels();
+
+// Every level this CPU can run, scalar first.
+std::vector<const LevelKernels*> AvailableLevelKernels();
+
+// MatMul (kernels.h) with the given level's kernels instead of the active one, so that tests
+// can run every level's tiles whichever is active.
+void MatMulWith(const LevelKernels& kernels, DType wt, const void* w, int64_t n_out, int64_t n_in,
+                const float* x, int64_t n_tok, float* y, ThreadPool* pool);
 
 // The best level of `supported` that the KVLLM_SIMD value `env` (nullptr when unset) allows.
 // Unknown values leave `supported` unchanged.

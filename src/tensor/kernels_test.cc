@@ -18,10 +18,10 @@ namespace {
 
 constexpr DType kAllTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0};
 
-// Float types at sizes around the 8-lane vector and 32-element unroll; block types at whole
-// blocks, odd and even counts.
+// Float types at sizes around the 8- and 16-lane vectors and the 32- and 64-element unrolls;
+// block types at whole blocks, odd and even counts.
 std::vector<int64_t> TestSizes(DType t) {
-  if (BlockElems(t) == 1) return {1, 7, 8, 9, 31, 33, 100, 1000, 4099};
+  if (BlockElems(t) == 1) return {1, 7, 8, 9, 15, 17, 31, 33, 63, 65, 100, 1000, 4099};
   return {32, 64, 96, 160, 4128};
 }
 
@@ -81,6 +81,9 @@ TEST(KernelsTest, SimdEnvCanOnlyLowerTheLevel) {
   EXPECT_EQ(ChooseSimdLevel(SimdLevel::kAvx2, "avx512"), SimdLevel::kAvx2);
   EXPECT_EQ(ChooseSimdLevel(SimdLevel::kScalar, "avx2"), SimdLevel::kScalar);
   EXPECT_EQ(ChooseSimdLevel(SimdLevel::kAvx2, "bogus"), SimdLevel::kAvx2);
+  EXPECT_EQ(ChooseSimdLevel(SimdLevel::kAvx512, nullptr), SimdLevel::kAvx512);
+  EXPECT_EQ(ChooseSimdLevel(SimdLevel::kAvx512, "avx2"), SimdLevel::kAvx2);
+  EXPECT_EQ(ChooseSimdLevel(SimdLevel::kAvx512, "avx512"), SimdLevel::kAvx512);
 }
 
 TEST(KernelsTest, ReferenceDotMatchesDoubleSum) {
@@ -108,6 +111,28 @@ TEST(KernelsTest, DotMatchesReference) {
                     ref.dot(t, row.bytes.data(), x.data(), n),
                     DotTolerance(row.values, x.data(), n))
             << Describe(ks, t, n);
+      }
+    }
+  }
+}
+
+// Rows that start anywhere: the SIMD dots align their loads on the row, so every start
+// offset takes a different split between the first masked step, the loop and the tail.
+TEST(KernelsTest, DotOfFloatRowsAtEveryStartOffset) {
+  const KernelSet& ref = ReferenceKernels();
+  constexpr int64_t kMaxOffset = 16;
+  for (const KernelSet* ks : AvailableKernelSets()) {
+    for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+      for (int64_t n : {5, 100, 301}) {
+        const Row row = RandomRow(t, n + kMaxOffset, 5);
+        const std::vector<float> x = RandomFloats(n + kMaxOffset, 6);
+        for (int64_t off = 0; off < kMaxOffset; ++off) {
+          const uint8_t* start = row.bytes.data() + RowBytes(t, off);
+          const std::vector<float> values(row.values.begin() + off, row.values.end());
+          EXPECT_NEAR(ks->dot(t, start, x.data() + off, n), ref.dot(t, start, x.data() + off, n),
+                      DotTolerance(values, x.data() + off, n))
+              << Describe(ks, t, n) << " offset=" << off;
+        }
       }
     }
   }
@@ -176,7 +201,7 @@ TEST(KernelsTest, DequantizeMatchesReferenceExactly) {
 TEST(KernelsTest, WeightedRowsMatchesReference) {
   const KernelSet& ref = ReferenceKernels();
   for (const KernelSet* ks : AvailableKernelSets()) {
-    for (int64_t d : {1, 7, 8, 33, 64, 80, 100}) {
+    for (int64_t d : {1, 7, 8, 17, 33, 64, 80, 100, 130}) {
       for (int64_t n : {0, 1, 5, 16}) {
         for (int64_t n_g : {1, 3, 8}) {
           const int64_t p_stride = n + 3;  // rows of p longer than n: only n are read
@@ -201,7 +226,7 @@ TEST(KernelsTest, WeightedRowsMatchesReference) {
 // Softmax numerators: scores minus their max, from 0 down to where exp underflows.
 TEST(KernelsTest, ExpSumMatchesStdExp) {
   for (const KernelSet* ks : AvailableKernelSets()) {
-    for (int64_t n : {0, 1, 7, 8, 9, 16, 33, 200}) {
+    for (int64_t n : {0, 1, 7, 8, 9, 15, 16, 17, 33, 200}) {
       std::vector<float> x(n + 1, 42.0f);
       for (int64_t j = 0; j < n; ++j) x[j] = -100.0f * j / std::max<int64_t>(1, n - 1) + 3.0f;
       const std::vector<float> in(x.begin(), x.end() - 1);
@@ -333,19 +358,24 @@ TEST(MatMulTest, QuantizedWeightsGiveEachTokenTheSameBitsInAnyBatch) {
       QuantizeRow(t, w_src.data() + o * kIn, w.data() + o * RowBytes(t, kIn), kIn);
     }
     const std::vector<float> x = RandomFloats(kTok * kIn, 26);
-    std::vector<float> batch(kTok * kOut);
-    MatMul(t, w.data(), kOut, kIn, x.data(), kTok, batch.data(), &pool);
-    for (int64_t tok = 0; tok < kTok; ++tok) {
-      std::vector<float> alone(kOut);
-      MatMul(t, w.data(), kOut, kIn, x.data() + tok * kIn, 1, alone.data(), &pool);
-      for (int64_t o = 0; o < kOut; ++o) {
-        ASSERT_EQ(alone[o], batch[tok * kOut + o]) << DTypeName(t) << " token " << tok;
+    for (const internal::LevelKernels* level : internal::AvailableLevelKernels()) {
+      std::vector<float> batch(kTok * kOut);
+      internal::MatMulWith(*level, t, w.data(), kOut, kIn, x.data(), kTok, batch.data(), &pool);
+      for (int64_t tok = 0; tok < kTok; ++tok) {
+        std::vector<float> alone(kOut);
+        internal::MatMulWith(*level, t, w.data(), kOut, kIn, x.data() + tok * kIn, 1,
+                             alone.data(), &pool);
+        for (int64_t o = 0; o < kOut; ++o) {
+          ASSERT_EQ(alone[o], batch[tok * kOut + o])
+              << SimdLevelName(level->set.level) << " " << DTypeName(t) << " token " << tok;
+        }
       }
     }
   }
 }
 
-// Compares MatMul on `pool` with MatMul_ref for one shape.
+// Compares MatMul on `pool`, with every available level's kernels, with MatMul_ref for one
+// shape.
 void ExpectMatMulMatches(DType t, int64_t n_out, int64_t n_in, int64_t n_tok, ThreadPool* pool) {
   std::vector<uint8_t> w(RowBytes(t, n_in) * n_out);
   std::vector<float> w_values(n_in * n_out);  // [n_out][n_in]
@@ -355,18 +385,21 @@ void ExpectMatMulMatches(DType t, int64_t n_out, int64_t n_in, int64_t n_tok, Th
     DequantizeRow(t, w.data() + o * RowBytes(t, n_in), w_values.data() + o * n_in, n_in);
   }
   const std::vector<float> x = RandomFloats(n_tok * n_in, 11);  // [n_tok][n_in]
-  std::vector<float> y(n_tok * n_out, std::nanf(""));           // [n_tok][n_out]
-  std::vector<float> want(n_tok * n_out);
-  MatMul(t, w.data(), n_out, n_in, x.data(), n_tok, y.data(), pool);
+  std::vector<float> want(n_tok * n_out);                        // [n_tok][n_out]
   MatMul_ref(t, w.data(), n_out, n_in, x.data(), n_tok, want.data());
-  for (int64_t tok = 0; tok < n_tok; ++tok) {
-    for (int64_t o = 0; o < n_out; ++o) {
-      const std::vector<float> w_row(w_values.begin() + o * n_in,
-                                     w_values.begin() + (o + 1) * n_in);
-      ASSERT_NEAR(y[tok * n_out + o], want[tok * n_out + o],
-                  DotTolerance(w_row, x.data() + tok * n_in, n_in))
-          << DTypeName(t) << " n_out=" << n_out << " n_in=" << n_in << " n_tok=" << n_tok
-          << " threads=" << (pool ? pool->size() : 0) << " y[" << tok << "][" << o << "]";
+  for (const internal::LevelKernels* level : internal::AvailableLevelKernels()) {
+    std::vector<float> y(n_tok * n_out, std::nanf(""));
+    internal::MatMulWith(*level, t, w.data(), n_out, n_in, x.data(), n_tok, y.data(), pool);
+    for (int64_t tok = 0; tok < n_tok; ++tok) {
+      for (int64_t o = 0; o < n_out; ++o) {
+        const std::vector<float> w_row(w_values.begin() + o * n_in,
+                                       w_values.begin() + (o + 1) * n_in);
+        ASSERT_NEAR(y[tok * n_out + o], want[tok * n_out + o],
+                    DotTolerance(w_row, x.data() + tok * n_in, n_in))
+            << SimdLevelName(level->set.level) << " " << DTypeName(t) << " n_out=" << n_out
+            << " n_in=" << n_in << " n_tok=" << n_tok
+            << " threads=" << (pool ? pool->size() : 0) << " y[" << tok << "][" << o << "]";
+      }
     }
   }
 }

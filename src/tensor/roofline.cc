@@ -109,11 +109,18 @@ double MeasureReadBandwidth(ThreadPool& pool, int64_t buffer_bytes, int32_t pass
 }
 
 double MeasureFmaPeak(ThreadPool& pool, int32_t passes) {
-  const bool avx2 = UseAvx2();
-  const int64_t iters = avx2 ? 250'000 : 100'000;  // about a millisecond a task
-  const int lanes = avx2 ? internal::kFmaLanesAvx2 : 1;
+  const SimdLevel level = Kernels().level;
+  const int64_t iters = level >= SimdLevel::kAvx2 ? 250'000 : 100'000;  // a millisecond a task
+  int lanes = 1;
+  auto loop = internal::FmaLoop_scalar;
+  if (level == SimdLevel::kAvx512) {
+    lanes = internal::kFmaLanesAvx512;
+    loop = internal::FmaLoop_avx512;
+  } else if (level == SimdLevel::kAvx2) {
+    lanes = internal::kFmaLanesAvx2;
+    loop = internal::FmaLoop_avx2;
+  }
   const int64_t n_tasks = 16 * static_cast<int64_t>(pool.size());
-  auto loop = avx2 ? internal::FmaLoop_avx2 : internal::FmaLoop_scalar;
   std::vector<ThreadSum> sums(pool.size());
   const double flops = 2.0 * lanes * internal::kFmaChains * static_cast<double>(iters) * n_tasks;
   const double peak = BestRate(flops, passes, [&] {
@@ -142,7 +149,7 @@ double MeasureMatMulF32(ThreadPool& pool, int32_t passes) {
 
 Roofline MeasureRoofline(ThreadPool& pool, const RooflineOptions& options) {
   Roofline r;
-  r.level = UseAvx2() ? SimdLevel::kAvx2 : SimdLevel::kScalar;
+  r.level = Kernels().level;
   r.threads = pool.size();
   const int64_t bytes =
       options.buffer_bytes > 0 ? options.buffer_bytes : DefaultRooflineBufferBytes();

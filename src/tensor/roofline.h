@@ -10,8 +10,8 @@
 //
 // Each figure is the best of several timed passes after a warm-up: the best pass is the one
 // least disturbed by other processes, which is what a ceiling should be. The code is chosen
-// at run time like the kernels (AVX2 when Kernels() is AVX2, a scalar loop otherwise), so the
-// ceilings belong to the same instruction set the kernels use. Timing only; no state is kept.
+// at run time like the kernels (AVX-512 or AVX2 FMAs when Kernels() is at that level, a scalar
+// loop otherwise), so the ceilings belong to the same instruction set the kernels use. Timing only; no state is kept.
 #pragma once
 
 #include <cstdint>
@@ -55,12 +55,14 @@ uint64_t ReadSum_scalar(const uint64_t* p, int64_t n);
 uint64_t ReadSum_avx2(const uint64_t* p, int64_t n);  // AVX2 CPUs only
 
 // Runs `iters` iterations of kFmaChains independent multiply-add chains of one vector each
-// (8 floats for AVX2, 1 for scalar) and returns a value depending on all of them.
-// FLOPs done: iters * kFmaChains * lanes * 2.
+// (16 floats for AVX-512, 8 for AVX2, 1 for scalar) and returns a value depending on all of
+// them. FLOPs done: iters * kFmaChains * lanes * 2.
 constexpr int kFmaChains = 12;  // > latency x FMA units per cycle on current x86 cores
 constexpr int kFmaLanesAvx2 = 8;
+constexpr int kFmaLanesAvx512 = 16;
 float FmaLoop_scalar(int64_t iters);
-float FmaLoop_avx2(int64_t iters);  // AVX2 CPUs only
+float FmaLoop_avx2(int64_t iters);    // AVX2 CPUs only
+float FmaLoop_avx512(int64_t iters);  // AVX-512 CPUs only
 
 }  // namespace internal
 }  // namespace kvllm

@@ -1,0 +1,551 @@
+// AVX-512 kernels (F, BW, VL, DQ and VNNI, with FMA and F16C): 16 floats a vector, masked
+// loads and stores for row tails, and VNNI's vpdpbusd (four u8 x s8 products summed into each
+// int32 lane in one instruction) for the Q8_0 / Q4_0 dot with quantized activations. Like
+// kernels_avx2.cc this file alone is compiled with those instruction sets, so it must not
+// define anything with external or vague linkage that other files could pick up (no std
+// templates, no inline functions from shared headers).
+// GCC 12 warns, falsely, that the _mm512_undefined_* placeholders inside many AVX-512
+// intrinsics are used uninitialized (GCC bug 105593). The warnings are silenced for the
+// header's own lines only; this file's code is still checked.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+#include <algorithm>
+#include <cstdint>
+
+#include "tensor/kernels_internal.h"
+#include "tensor/quant.h"
+
+namespace kvllm::internal {
+
+namespace {
+
+// The first r < 16 lanes.
+__mmask16 TailMask(int64_t r) { return static_cast<__mmask16>((1u << r) - 1u); }
+
+float HSum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+float HSum(__m512 v) {
+  return HSum(_mm256_add_ps(_mm512_castps512_ps256(v),
+                            _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+}
+
+// Loaders of 16 consecutive elements of a float-type row, widened to f32; LoadMasked reads
+// only the lanes of `m` (no access past a row's end) and zeroes the others.
+struct F32Src {
+  using Elem = float;
+  static __m512 Load(const float* p) { return _mm512_loadu_ps(p); }
+  static __m512 LoadMasked(__mmask16 m, const float* p) { return _mm512_maskz_loadu_ps(m, p); }
+};
+
+struct F16Src {
+  using Elem = uint16_t;
+  static __m512 Load(const uint16_t* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static __m512 LoadMasked(__mmask16 m, const uint16_t* p) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+  }
+};
+
+struct BF16Src {
+  using Elem = uint16_t;
+  // bf16 is the top half of an f32.
+  static __m512 Widen(__m256i v) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
+  }
+  static __m512 Load(const uint16_t* p) {
+    return Widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static __m512 LoadMasked(__mmask16 m, const uint16_t* p) {
+    return Widen(_mm256_maskz_loadu_epi16(m, p));
+  }
+};
+
+template <class Src>
+float DotFloat(const typename Src::Elem* a, const float* x, int64_t n) {
+  // Four accumulators keep four FMA chains in flight to cover the FMA latency.
+  __m512 acc0 = _mm512_setzero_ps();
+  __m512 acc1 = _mm512_setzero_ps();
+  __m512 acc2 = _mm512_setzero_ps();
+  __m512 acc3 = _mm512_setzero_ps();
+  // A first, masked step up to the row's next vector-aligned address: a 64-byte load that
+  // straddles two cache lines costs two, and float rows are often only 16-byte aligned.
+  constexpr uintptr_t kVecBytes = 16 * sizeof(typename Src::Elem);
+  int64_t i = std::min<int64_t>(
+      n, ((kVecBytes - reinterpret_cast<uintptr_t>(a) % kVecBytes) % kVecBytes) /
+             sizeof(typename Src::Elem));
+  if (i > 0) {
+    const __mmask16 m = TailMask(i);
+    acc2 = _mm512_fmadd_ps(Src::LoadMasked(m, a), _mm512_maskz_loadu_ps(m, x), acc2);
+  }
+  for (; i + 64 <= n; i += 64) {
+    acc0 = _mm512_fmadd_ps(Src::Load(a + i), _mm512_loadu_ps(x + i), acc0);
+    acc1 = _mm512_fmadd_ps(Src::Load(a + i + 16), _mm512_loadu_ps(x + i + 16), acc1);
+    acc2 = _mm512_fmadd_ps(Src::Load(a + i + 32), _mm512_loadu_ps(x + i + 32), acc2);
+    acc3 = _mm512_fmadd_ps(Src::Load(a + i + 48), _mm512_loadu_ps(x + i + 48), acc3);
+  }
+  for (; i + 16 <= n; i += 16) {
+    acc0 = _mm512_fmadd_ps(Src::Load(a + i), _mm512_loadu_ps(x + i), acc0);
+  }
+  if (i < n) {
+    const __mmask16 m = TailMask(n - i);
+    acc1 = _mm512_fmadd_ps(Src::LoadMasked(m, a + i), _mm512_maskz_loadu_ps(m, x + i), acc1);
+  }
+  return HSum(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3)));
+}
+
+template <class Src>
+void AxpyFloat(const typename Src::Elem* a, float alpha, float* y, int64_t n) {
+  const __m512 va = _mm512_set1_ps(alpha);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm512_storeu_ps(y + i, _mm512_fmadd_ps(Src::Load(a + i), va, _mm512_loadu_ps(y + i)));
+  }
+  if (i < n) {
+    const __mmask16 m = TailMask(n - i);
+    _mm512_mask_storeu_ps(
+        y + i, m, _mm512_fmadd_ps(Src::LoadMasked(m, a + i), va, _mm512_maskz_loadu_ps(m, y + i)));
+  }
+}
+
+template <class Src>
+void DequantizeFloat(const typename Src::Elem* a, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, Src::Load(a + i));
+  if (i < n) {
+    const __mmask16 m = TailMask(n - i);
+    _mm512_mask_storeu_ps(y + i, m, Src::LoadMasked(m, a + i));
+  }
+}
+
+// The 16 bytes at p sign-extended to f32 lanes.
+__m512 I8ToF32(__m128i v) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v)); }
+
+// Unpackers of one block's 32 quants into 2 vectors of 16 unscaled f32 values, elements in
+// order, so callers only multiply by the block scale d.
+struct Q8_0Src {
+  using Block = BlockQ8_0;
+  static void Unpack(const BlockQ8_0& b, __m512 q[2]) {
+    q[0] = I8ToF32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs)));
+    q[1] = I8ToF32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs + 16)));
+  }
+};
+
+struct Q4_0Src {
+  using Block = BlockQ4_0;
+  static void Unpack(const BlockQ4_0& b, __m512 q[2]) {
+    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
+    const __m128i low_nibble = _mm_set1_epi8(0x0f);
+    const __m128i eight = _mm_set1_epi8(8);
+    // Byte j holds element j in its low nibble and element j + 16 in its high nibble.
+    q[0] = I8ToF32(_mm_sub_epi8(_mm_and_si128(packed, low_nibble), eight));
+    q[1] = I8ToF32(_mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(packed, 4), low_nibble), eight));
+  }
+};
+
+float Scale(uint16_t d) { return _cvtsh_ss(d); }
+
+template <class Src>
+float DotBlocks(const void* row, const float* x, int64_t n) {
+  const auto* b = static_cast<const typename Src::Block*>(row);
+  // Two accumulators so consecutive blocks' FMAs do not wait on each other.
+  __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  for (int64_t ib = 0; ib < n / kQK; ++ib) {
+    __m512 q[2];
+    Src::Unpack(b[ib], q);
+    const float* xb = x + ib * kQK;
+    const __m512 s = _mm512_fmadd_ps(q[1], _mm512_loadu_ps(xb + 16),
+                                     _mm512_mul_ps(q[0], _mm512_loadu_ps(xb)));
+    acc[ib & 1] = _mm512_fmadd_ps(s, _mm512_set1_ps(Scale(b[ib].d)), acc[ib & 1]);
+  }
+  return HSum(_mm512_add_ps(acc[0], acc[1]));
+}
+
+template <class Src>
+void AxpyBlocks(const void* row, float a, float* y, int64_t n) {
+  const auto* b = static_cast<const typename Src::Block*>(row);
+  for (int64_t ib = 0; ib < n / kQK; ++ib) {
+    __m512 q[2];
+    Src::Unpack(b[ib], q);
+    const __m512 scale = _mm512_set1_ps(a * Scale(b[ib].d));
+    float* yb = y + ib * kQK;
+    for (int k = 0; k < 2; ++k) {
+      _mm512_storeu_ps(yb + 16 * k, _mm512_fmadd_ps(q[k], scale, _mm512_loadu_ps(yb + 16 * k)));
+    }
+  }
+}
+
+template <class Src>
+void DequantizeBlocks(const void* row, float* y, int64_t n) {
+  const auto* b = static_cast<const typename Src::Block*>(row);
+  for (int64_t ib = 0; ib < n / kQK; ++ib) {
+    __m512 q[2];
+    Src::Unpack(b[ib], q);
+    const __m512 d = _mm512_set1_ps(Scale(b[ib].d));
+    for (int k = 0; k < 2; ++k) _mm512_storeu_ps(y + ib * kQK + 16 * k, _mm512_mul_ps(q[k], d));
+  }
+}
+
+float Dot(DType t, const void* row, const float* x, int64_t n) {
+  switch (t) {
+    case DType::kF32:
+      return DotFloat<F32Src>(static_cast<const float*>(row), x, n);
+    case DType::kF16:
+      return DotFloat<F16Src>(static_cast<const uint16_t*>(row), x, n);
+    case DType::kBF16:
+      return DotFloat<BF16Src>(static_cast<const uint16_t*>(row), x, n);
+    case DType::kQ8_0:
+      return DotBlocks<Q8_0Src>(row, x, n);
+    case DType::kQ4_0:
+      break;
+  }
+  return DotBlocks<Q4_0Src>(row, x, n);
+}
+
+void Axpy(DType t, const void* row, float a, float* y, int64_t n) {
+  switch (t) {
+    case DType::kF32:
+      return AxpyFloat<F32Src>(static_cast<const float*>(row), a, y, n);
+    case DType::kF16:
+      return AxpyFloat<F16Src>(static_cast<const uint16_t*>(row), a, y, n);
+    case DType::kBF16:
+      return AxpyFloat<BF16Src>(static_cast<const uint16_t*>(row), a, y, n);
+    case DType::kQ8_0:
+      return AxpyBlocks<Q8_0Src>(row, a, y, n);
+    case DType::kQ4_0:
+      break;
+  }
+  AxpyBlocks<Q4_0Src>(row, a, y, n);
+}
+
+void Dequantize(DType t, const void* row, float* y, int64_t n) {
+  switch (t) {
+    case DType::kF32:
+      return DequantizeFloat<F32Src>(static_cast<const float*>(row), y, n);
+    case DType::kF16:
+      return DequantizeFloat<F16Src>(static_cast<const uint16_t*>(row), y, n);
+    case DType::kBF16:
+      return DequantizeFloat<BF16Src>(static_cast<const uint16_t*>(row), y, n);
+    case DType::kQ8_0:
+      return DequantizeBlocks<Q8_0Src>(row, y, n);
+    case DType::kQ4_0:
+      break;
+  }
+  DequantizeBlocks<Q4_0Src>(row, y, n);
+}
+
+float DotF32(const float* a, const float* b, int64_t n) { return DotFloat<F32Src>(a, b, n); }
+
+// Strips of 64 columns of y[g] (a whole head at head_dim 64) stay in 4 registers while every
+// row of v adds into them, so y is loaded and stored once per strip instead of once per row.
+void WeightedRows(const float* p, int64_t p_stride, int64_t n_g, const float* v, int64_t n,
+                  int64_t d, float* y) {
+  for (int64_t g = 0; g < n_g; ++g) {
+    const float* pg = p + g * p_stride;
+    float* yg = y + g * d;
+    int64_t i = 0;
+    for (; i + 64 <= d; i += 64) {
+      __m512 acc[4];
+      for (int k = 0; k < 4; ++k) acc[k] = _mm512_loadu_ps(yg + i + 16 * k);
+      for (int64_t j = 0; j < n; ++j) {
+        const __m512 pj = _mm512_set1_ps(pg[j]);
+        const float* vj = v + j * d + i;
+        for (int k = 0; k < 4; ++k) {
+          acc[k] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vj + 16 * k), acc[k]);
+        }
+      }
+      for (int k = 0; k < 4; ++k) _mm512_storeu_ps(yg + i + 16 * k, acc[k]);
+    }
+    for (; i < d; i += 16) {
+      const __mmask16 m = i + 16 <= d ? static_cast<__mmask16>(0xffff) : TailMask(d - i);
+      __m512 acc = _mm512_maskz_loadu_ps(m, yg + i);
+      for (int64_t j = 0; j < n; ++j) {
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(pg[j]), _mm512_maskz_loadu_ps(m, v + j * d + i), acc);
+      }
+      _mm512_mask_storeu_ps(yg + i, m, acc);
+    }
+  }
+}
+
+// exp(x) as in kernels_avx2.cc, 16 lanes at a time: 2^k * e^r with k = round(x / ln 2), r =
+// x - k ln 2 (ln 2 in two parts so that k ln 2 is exact), e^r = 1 + r + r^2 p(r) with the
+// degree-5 minimax p of the Cephes library's expf, and 2^k put into the exponent bits. Inputs
+// are clamped to [-87.3, 88], where 2^k stays a normal float.
+__m512 Exp(__m512 x) {
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.33654f)), _mm512_set1_ps(88.0f));
+  const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  const __m512 e_r =
+      _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), _mm512_set1_ps(1.0f));
+  const __m512i two_k = _mm512_slli_epi32(
+      _mm512_add_epi32(_mm512_cvtps_epi32(k), _mm512_set1_epi32(127)), 23);
+  return _mm512_mul_ps(e_r, _mm512_castsi512_ps(two_k));
+}
+
+float ExpSum(float* x, int64_t n, float shift) {
+  const __m512 vshift = _mm512_set1_ps(shift);
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 m = j + 16 <= n ? static_cast<__mmask16>(0xffff) : TailMask(n - j);
+    const __m512 e = Exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + j), vshift));
+    _mm512_mask_storeu_ps(x + j, m, e);
+    sum = _mm512_mask_add_ps(sum, m, sum, e);
+  }
+  return HSum(sum);
+}
+
+// The same arithmetic as the reference, lane by lane: |x| and max are exact, d and 1/d are the
+// same scalar operations, x * id is one rounding and roundscale rounds ties to even as
+// nearbyint does, so the bits agree.
+void QuantizeAct(const float* x, BlockQ8Act* xq, int64_t n) {
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    const float* xb = x + b * kQK;
+    const __m512 v0 = _mm512_loadu_ps(xb);
+    const __m512 v1 = _mm512_loadu_ps(xb + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    xq[b].d = d;
+    const __m512 vid = _mm512_set1_ps(id);
+    constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    const __m512i q0 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(v0, vid), kRound));
+    const __m512i q1 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(v1, vid), kRound));
+    xq[b].sum = d * static_cast<float>(_mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1)));
+    // |q| <= 127, so the saturating narrowing is exact.
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(xq[b].qs), _mm512_cvtsepi32_epi8(q0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(xq[b].qs + 16), _mm512_cvtsepi32_epi8(q1));
+  }
+}
+
+// One weight block as 32 signed bytes (q for Q8_0, the nibble minus 8 for Q4_0). vpdpbusd
+// multiplies unsigned by signed bytes, so the dot moves the weights' signs onto x: |w| * (x
+// with w's sign), each product exact and at most 128 * 127, four of them to an int32 lane.
+struct Q8_0Ints {
+  using Block = BlockQ8_0;
+  static __m256i Load(const BlockQ8_0& b) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));
+  }
+};
+
+struct Q4_0Ints {
+  using Block = BlockQ4_0;
+  static __m256i Load(const BlockQ4_0& b) {
+    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
+    const __m128i low_nibble = _mm_set1_epi8(0x0f);
+    // Byte j holds element j in its low nibble and element j + 16 in its high nibble.
+    const __m256i nibbles = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), low_nibble),
+                                             _mm_and_si128(packed, low_nibble));
+    return _mm256_sub_epi8(nibbles, _mm256_set1_epi8(8));
+  }
+};
+
+__m256i BlockIntDot(__m256i w, __m256i x) {
+  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
+}
+
+// The f16 scale d in all 8 lanes: a broadcast load and one conversion, no scalar work.
+__m256 BroadcastScale(const uint16_t* d) {
+  return _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(*d)));
+}
+
+// R weight rows x T tokens of quantized activations, every (row, token) with the same
+// operations in the same order whatever R and T are: blocks alternate between two
+// accumulators (so consecutive FMAs do not wait on each other), which are added at the end.
+// One block's term is acc += (f32(sum_j w[j] * x[j]) * d_w) * d_x. Each loaded weight block
+// serves T tokens and each activation block R rows. `ahead` is how many bytes past each
+// block in use to prefetch.
+template <class Ints, int R, int T>
+void ActTile(const typename Ints::Block* const rows[R], const BlockQ8Act* const xq[T], int64_t n,
+             float* y, int64_t y_stride, int64_t ahead) {
+  auto step = [&](int64_t i, __m256 (&acc)[R][T]) {
+    __m256i x[T];
+    for (int t = 0; t < T; ++t) {
+      x[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[t][i].qs));
+    }
+    for (int r = 0; r < R; ++r) {
+      _mm_prefetch(reinterpret_cast<const char*>(&rows[r][i]) + ahead, _MM_HINT_T0);
+      const __m256i w = Ints::Load(rows[r][i]);
+      const __m256 dw = BroadcastScale(&rows[r][i].d);
+      for (int t = 0; t < T; ++t) {
+        const __m256 sum = _mm256_mul_ps(_mm256_cvtepi32_ps(BlockIntDot(w, x[t])), dw);
+        acc[r][t] = _mm256_fmadd_ps(sum, _mm256_set1_ps(xq[t][i].d), acc[r][t]);
+      }
+    }
+  };
+  __m256 acc0[R][T];
+  __m256 acc1[R][T];
+  for (int r = 0; r < R; ++r) {
+    for (int t = 0; t < T; ++t) acc0[r][t] = acc1[r][t] = _mm256_setzero_ps();
+  }
+  const int64_t nb = n / kQK;
+  int64_t i = 0;
+  for (; i + 2 <= nb; i += 2) {
+    step(i, acc0);
+    step(i + 1, acc1);
+  }
+  if (i < nb) step(i, acc0);
+  for (int r = 0; r < R; ++r) {
+    for (int t = 0; t < T; ++t) y[t * y_stride + r] = HSum(_mm256_add_ps(acc0[r][t], acc1[r][t]));
+  }
+}
+
+template <class Ints>
+float DotActBlocks(const void* row, const BlockQ8Act* xq, int64_t n) {
+  const typename Ints::Block* rows[1] = {static_cast<const typename Ints::Block*>(row)};
+  const BlockQ8Act* xqs[1] = {xq};
+  float y;
+  // Rows of a matrix are consecutive: prefetch the next one.
+  const auto row_bytes = static_cast<int64_t>(sizeof(typename Ints::Block)) * (n / kQK);
+  ActTile<Ints, 1, 1>(rows, xqs, n, &y, 1, row_bytes);
+  return y;
+}
+
+// Up to 4 rows x 2 tokens: 16 accumulators, the loaded blocks and the sign-moved copies fit
+// the 32 vector registers.
+template <class Ints, int R>
+void ActTileRows(const ActTileArgs& a, int64_t r0) {
+  const typename Ints::Block* rows[R];
+  for (int r = 0; r < R; ++r) {
+    rows[r] = reinterpret_cast<const typename Ints::Block*>(a.w + (r0 + r) * a.row_bytes);
+  }
+  // Each row prefetches the same block of the next tile's row: one tile ahead, the distance
+  // the loop needs whatever the row length (a fixed distance shorter than the tile would only
+  // fetch the tile's own rows).
+  const int64_t ahead = static_cast<int64_t>(kTileRows * a.row_bytes);
+  int64_t t = 0;
+  for (; t + 2 <= a.n_tok; t += 2) {
+    const BlockQ8Act* xq[2] = {a.xq + t * a.xq_stride, a.xq + (t + 1) * a.xq_stride};
+    ActTile<Ints, R, 2>(rows, xq, a.n, a.y + t * a.y_stride + r0, a.y_stride, ahead);
+  }
+  if (t < a.n_tok) {
+    const BlockQ8Act* xq[1] = {a.xq + t * a.xq_stride};
+    ActTile<Ints, R, 1>(rows, xq, a.n, a.y + t * a.y_stride + r0, a.y_stride, ahead);
+  }
+}
+
+template <class Ints>
+void DotActTileBlocks(const ActTileArgs& a) {
+  static_assert(kTileRows == 4);
+  switch (a.n_rows) {
+    case 4:
+      return ActTileRows<Ints, 4>(a, 0);
+    case 3:
+      return ActTileRows<Ints, 3>(a, 0);
+    case 2:
+      return ActTileRows<Ints, 2>(a, 0);
+    default:
+      return ActTileRows<Ints, 1>(a, 0);
+  }
+}
+
+void DotActTile(const ActTileArgs& a) {
+  if (a.wt == DType::kQ8_0) return DotActTileBlocks<Q8_0Ints>(a);
+  DotActTileBlocks<Q4_0Ints>(a);
+}
+
+float DotAct(DType t, const void* row, const BlockQ8Act* xq, int64_t n) {
+  if (t == DType::kQ8_0) return DotActBlocks<Q8_0Ints>(row, xq, n);
+  return DotActBlocks<Q4_0Ints>(row, xq, n);
+}
+
+// R weight rows x T tokens: each x vector is loaded once for R FMAs and each w vector once
+// for T, with R * T independent accumulators. 4 x 4 uses 16 accumulators + 4 w + 4 x of the
+// 32 zmm registers. The last n % 16 columns are one masked step.
+template <int R, int T>
+void TileKernel(const TileArgs& a, const float* x, float* y) {
+  __m512 acc[R][T];
+  for (int r = 0; r < R; ++r) {
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+  }
+  // Masked loads only for the tail: full-width masked loads are slower than plain ones.
+  auto step = [&](int64_t i, auto load) {
+    __m512 xv[T];
+    for (int t = 0; t < T; ++t) xv[t] = load(x + t * a.x_stride + i);
+    for (int r = 0; r < R; ++r) {
+      __m512 wv = load(a.w + r * a.w_stride + i);
+      // Pins wv in a register: otherwise GCC may fold the load into each of the T FMAs.
+      __asm__("" : "+v"(wv));
+      for (int t = 0; t < T; ++t) acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
+    }
+  };
+  int64_t i = 0;
+  for (; i + 16 <= a.n; i += 16) step(i, [](const float* p) { return _mm512_loadu_ps(p); });
+  if (i < a.n) {
+    const __mmask16 m = TailMask(a.n - i);
+    step(i, [m](const float* p) { return _mm512_maskz_loadu_ps(m, p); });
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int t = 0; t < T; ++t) {
+      const float sum = HSum(acc[r][t]);
+      float& out = y[t * a.y_stride + r];
+      out = a.accumulate ? out + sum : sum;
+    }
+  }
+}
+
+template <int R>
+void DotTileRows(const TileArgs& a) {
+  int64_t t = 0;
+  for (; t + 4 <= a.n_tok; t += 4) TileKernel<R, 4>(a, a.x + t * a.x_stride, a.y + t * a.y_stride);
+  const float* x = a.x + t * a.x_stride;
+  float* y = a.y + t * a.y_stride;
+  switch (a.n_tok - t) {
+    case 3:
+      return TileKernel<R, 3>(a, x, y);
+    case 2:
+      return TileKernel<R, 2>(a, x, y);
+    case 1:
+      return TileKernel<R, 1>(a, x, y);
+    default:
+      return;
+  }
+}
+
+void DotTile(const TileArgs& a) {
+  static_assert(kTileRows == 4);
+  switch (a.n_rows) {
+    case 4:
+      return DotTileRows<4>(a);
+    case 3:
+      return DotTileRows<3>(a);
+    case 2:
+      return DotTileRows<2>(a);
+    default:
+      return DotTileRows<1>(a);
+  }
+}
+
+}  // namespace
+
+const LevelKernels& Avx512LevelKernels() {
+  static constexpr LevelKernels kLevel = {
+      {SimdLevel::kAvx512, &Dot, &Axpy, &Dequantize, &DotF32, &WeightedRows, &ExpSum,
+       &QuantizeAct, &DotAct},
+      &DotTile,
+      &DotActTile,
+  };
+  return kLevel;
+}
+
+}  // namespace kvllm::internal
