@@ -36,6 +36,7 @@ TEST(BenchTest, JsonHasTheRooflineAndEachRowsFractionOfItsLimit) {
       << err;
   const nlohmann::json j = nlohmann::json::parse(out);
   EXPECT_NE(j["command"].get<std::string>().find("kvllm bench"), std::string::npos);
+  EXPECT_EQ(j["mmap"], true);
   ASSERT_TRUE(j.contains("roofline"));
   const nlohmann::json& roof = j["roofline"];
   const double bw = roof["read_bytes_per_s"];
@@ -69,12 +70,15 @@ TEST(BenchTest, JsonHasTheRooflineAndEachRowsFractionOfItsLimit) {
 
 TEST(BenchTest, NoRooflineLeavesTheLimitsOut) {
   std::string out, err;
-  ASSERT_EQ(RunCommand(Kvllm() + " bench -m " + Tiny() + kFlags + " --no-roofline --json", &out,
-                       &err),
+  ASSERT_EQ(RunCommand(Kvllm() + " bench -m " + Tiny() + kFlags + " --no-roofline --no-mmap --json",
+                       &out, &err),
             0)
       << err;
   const nlohmann::json j = nlohmann::json::parse(out);
   EXPECT_NE(j["command"].get<std::string>().find("--no-roofline"), std::string::npos);
+  // The weights' load mode is part of what produced the numbers.
+  EXPECT_NE(j["command"].get<std::string>().find("--no-mmap"), std::string::npos);
+  EXPECT_EQ(j["mmap"], false);
   EXPECT_FALSE(j.contains("roofline"));
   for (const nlohmann::json& row : j["rows"]) {
     EXPECT_GT(row["tokens_per_s"].get<double>(), 0);

@@ -57,6 +57,15 @@ TEST(CliTest, NoKvCacheGivesTheSameTokens) {
   EXPECT_EQ(a["generated_tokens"].size(), 16u);
 }
 
+// --no-mmap reads the same weights into memory instead of mapping them: same tokens.
+TEST(CliTest, NoMmapGivesTheSameTokens) {
+  const std::string flags = "-p 'the cat sat on the mat' -n 16 --temp 0 --ignore-eos";
+  auto a = RunJson(flags);
+  auto b = RunJson(flags + " --no-mmap");
+  EXPECT_EQ(a["generated_tokens"], b["generated_tokens"]);
+  EXPECT_EQ(a["generated_tokens"].size(), 16u);
+}
+
 TEST(CliTest, PromptLongerThanTheContextIsAClearError) {
   std::string out, err;
   const int rc = RunCommand(Kvllm() + " run -m " + Tiny() +

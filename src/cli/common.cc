@@ -8,9 +8,9 @@
 
 namespace kvllm::cli {
 
-StatusOr<LoadedModel> LoadModel(const std::string& path) {
+StatusOr<LoadedModel> LoadModel(const std::string& path, gguf::LoadMode mode) {
   LoadedModel m;
-  KVLLM_ASSIGN_OR_RETURN(m.model, Model::Load(path));
+  KVLLM_ASSIGN_OR_RETURN(m.model, Model::Load(path, mode));
   KVLLM_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::FromGguf(m.model->file()));
   if (tok.vocab_size() != m.model->config().n_vocab) {
     return Status::Error("model: the tokenizer has " + std::to_string(tok.vocab_size()) +
@@ -22,6 +22,9 @@ StatusOr<LoadedModel> LoadModel(const std::string& path) {
 }
 
 void EngineFlags::Register(CLI::App* app) {
+  app->add_flag("--no-mmap", no_mmap,
+                "read the weights into memory (2 MiB huge pages where the kernel allows) "
+                "instead of mapping the file: a slower start, faster decode");
   app->add_option("-c,--ctx-size", ctx_size,
                   "KV cache size in tokens (default: the model's context length, capped by "
                   "available memory)");

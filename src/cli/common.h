@@ -11,6 +11,7 @@
 
 #include "base/status.h"
 #include "engine/engine.h"
+#include "gguf/gguf_file.h"
 #include "model/model.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -21,14 +22,15 @@ struct LoadedModel {
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tokenizer;
 };
-StatusOr<LoadedModel> LoadModel(const std::string& path);
+StatusOr<LoadedModel> LoadModel(const std::string& path, gguf::LoadMode mode);
 
 // The chat template named by --chat-template, or the one the model's GGUF declares.
 StatusOr<ChatTemplate> ResolveChatTemplate(const Model& model, const std::string& name);
 
 // Flags of the KV cache and the engine, llama.cpp's names where it has them: -c, -t, -ctk,
-// -ctv, --block-size, --no-kv-cache, --kv-window, --kv-sinks.
+// -ctv, --block-size, --no-kv-cache, --kv-window, --kv-sinks, --no-mmap.
 struct EngineFlags {
+  bool no_mmap = false;  // read the weights into huge pages instead of mapping the file
   int32_t ctx_size = 0;
   int32_t threads = 0;
   std::string cache_type_k = "f16";
@@ -46,6 +48,9 @@ struct EngineFlags {
   std::string kv_store_redis;
 
   void Register(CLI::App* app);
+  gguf::LoadMode load_mode() const {
+    return no_mmap ? gguf::LoadMode::kRead : gguf::LoadMode::kMmap;
+  }
   // Resolves formats and the context size. The default context is the model's, capped so the
   // pool fits --kv-mem or half of the memory available now; an explicit -c whose pool cannot
   // fit --kv-mem (or the available memory) is refused with what would fit. Nothing is

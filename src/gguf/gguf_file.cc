@@ -410,7 +410,45 @@ GgmlTypeTraits GetGgmlTypeTraits(uint32_t type) {
   return type < std::size(kGgmlTypes) ? kGgmlTypes[type] : kUnknownType;
 }
 
-StatusOr<GgufFile> GgufFile::Open(const std::string& path) {
+namespace {
+
+constexpr size_t kHugePage = size_t{2} << 20;
+
+// Anonymous memory for `size` bytes starting on a 2 MiB boundary (a transparent huge page can
+// only back an aligned 2 MiB range), marked for huge pages, with the file read into it.
+// `*map`, `*map_bytes` receive the whole mapping.
+Status ReadIntoHugePages(int fd, const std::string& path, size_t size, void** map,
+                         size_t* map_bytes) {
+  const size_t bytes = (size + kHugePage - 1) / kHugePage * kHugePage + kHugePage;
+  void* mem = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) {
+    return Error("cannot allocate ", size, " bytes to read '", path, "' into (--no-mmap): ",
+                 std::strerror(errno));
+  }
+  const uintptr_t base = reinterpret_cast<uintptr_t>(mem);
+  auto* data = reinterpret_cast<uint8_t*>((base + kHugePage - 1) / kHugePage * kHugePage);
+  // Best effort: where transparent huge pages are off this fails and 4 KiB pages remain.
+  ::madvise(data, bytes - (data - static_cast<uint8_t*>(mem)), MADV_HUGEPAGE);
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t got = ::pread(fd, data + done, size - done, static_cast<off_t>(done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      const std::string why = got < 0 ? std::strerror(errno) : "the file shrank while read";
+      ::munmap(mem, bytes);
+      return Error("cannot read '", path, "' at byte ", done, " of ", size, ": ", why);
+    }
+    done += static_cast<size_t>(got);
+  }
+  ::mprotect(mem, bytes, PROT_READ);  // read-only, as the file mapping is
+  *map = mem;
+  *map_bytes = bytes;
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<GgufFile> GgufFile::Open(const std::string& path, LoadMode mode) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Error("cannot open '", path, "': ", std::strerror(errno));
   struct stat st {};
@@ -428,16 +466,24 @@ StatusOr<GgufFile> GgufFile::Open(const std::string& path) {
     return Error("'", path, "' is empty (0 bytes)");
   }
   const auto size = static_cast<size_t>(st.st_size);
-  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  const int map_errno = errno;
-  ::close(fd);  // the mapping keeps its own reference to the file
-  if (map == MAP_FAILED) return Error("cannot mmap '", path, "': ", std::strerror(map_errno));
-
   GgufFile file;
   file.path_ = path;
-  file.data_ = static_cast<const uint8_t*>(map);
   file.size_ = size;
-  file.mapped_ = true;
+  if (mode == LoadMode::kRead) {
+    const Status read = ReadIntoHugePages(fd, path, size, &file.map_, &file.map_bytes_);
+    ::close(fd);
+    KVLLM_RETURN_IF_ERROR(read);
+    const uintptr_t base = reinterpret_cast<uintptr_t>(file.map_);
+    file.data_ = reinterpret_cast<const uint8_t*>((base + kHugePage - 1) / kHugePage * kHugePage);
+  } else {
+    void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    const int map_errno = errno;
+    ::close(fd);  // the mapping keeps its own reference to the file
+    if (map == MAP_FAILED) return Error("cannot mmap '", path, "': ", std::strerror(map_errno));
+    file.map_ = map;
+    file.map_bytes_ = size;
+    file.data_ = static_cast<const uint8_t*>(map);
+  }
   const Status status = file.ParseAll();
   if (!status.ok()) return Status::Error(StrCat(status.message(), " (in '", path, "')"));
   return file;
@@ -460,7 +506,8 @@ GgufFile& GgufFile::operator=(GgufFile&& other) noexcept {
   path_ = std::move(other.path_);
   data_ = std::exchange(other.data_, nullptr);
   size_ = std::exchange(other.size_, 0);
-  mapped_ = std::exchange(other.mapped_, false);
+  map_ = std::exchange(other.map_, nullptr);
+  map_bytes_ = std::exchange(other.map_bytes_, 0);
   version_ = other.version_;
   alignment_ = other.alignment_;
   data_offset_ = other.data_offset_;
@@ -474,8 +521,9 @@ GgufFile& GgufFile::operator=(GgufFile&& other) noexcept {
 GgufFile::~GgufFile() { Unmap(); }
 
 void GgufFile::Unmap() {
-  if (mapped_) ::munmap(const_cast<uint8_t*>(data_), size_);
-  mapped_ = false;
+  if (map_ != nullptr) ::munmap(map_, map_bytes_);
+  map_ = nullptr;
+  map_bytes_ = 0;
   data_ = nullptr;
   size_ = 0;
 }

@@ -895,6 +895,51 @@ TEST(GgufOpenTest, MovesKeepTheMapping) {
   EXPECT_EQ(moved.GetUint("llama.context_length").value(), 2048u);
 }
 
+// --no-mmap: the same file, read into memory that starts on a 2 MiB boundary (where a
+// transparent huge page can back it), gives the same metadata and tensor bytes.
+TEST(GgufOpenTest, ReadModeHoldsTheSameBytesInHugePageAlignedMemory) {
+  GgufBuilder builder = RichBuilder(/*rows=*/3);
+  const std::vector<uint8_t> bytes = builder.Build();
+  TempFile temp(bytes);
+  StatusOr<GgufFile> mapped = GgufFile::Open(temp.path(), LoadMode::kMmap);
+  StatusOr<GgufFile> read = GgufFile::Open(temp.path(), LoadMode::kRead);
+  ASSERT_TRUE(mapped.ok()) << mapped.status().message();
+  ASSERT_TRUE(read.ok()) << read.status().message();
+  EXPECT_EQ(read->file_size(), bytes.size());
+  EXPECT_EQ(read->GetString("general.name").value(), "tiny test model");
+  ASSERT_EQ(read->tensors().size(), mapped->tensors().size());
+  const auto* base = static_cast<const uint8_t*>(read->tensors()[0].data) -
+                     builder.data_offset() - builder.offset(0);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(base) % (uintptr_t{2} << 20), 0u);
+  EXPECT_EQ(std::memcmp(base, bytes.data(), bytes.size()), 0);
+  for (size_t t = 0; t < read->tensors().size(); ++t) {
+    const TensorInfo& a = read->tensors()[t];
+    const TensorInfo& b = mapped->tensors()[t];
+    EXPECT_NE(a.data, b.data) << "a copy, not the file mapping";
+    ASSERT_EQ(a.n_bytes, b.n_bytes);
+    EXPECT_EQ(std::memcmp(a.data, b.data, a.n_bytes), 0) << a.name;
+  }
+  // Moves hand the memory over; the moved-to file still reads it after the source is gone.
+  const void* norm = read->FindTensor("output_norm.weight")->data;
+  GgufFile moved(std::move(read).value());
+  EXPECT_EQ(moved.FindTensor("output_norm.weight")->data, norm);
+  EXPECT_EQ(static_cast<const uint8_t*>(norm)[1], PatternByte(3, 1));
+}
+
+TEST(GgufOpenTest, ReadModeReportsTheSameErrors) {
+  const std::string missing = "/nonexistent/kvllm/model.gguf";
+  ExpectError(GgufFile::Open(missing, LoadMode::kRead),
+              "gguf: cannot open '" + missing + "': " + std::strerror(ENOENT));
+  TempFile empty({});
+  ExpectError(GgufFile::Open(empty.path(), LoadMode::kRead), "is empty");
+  const std::vector<uint8_t> bytes = RichBuilder().Build();
+  TempFile truncated(std::vector<uint8_t>(bytes.begin(), bytes.end() - 1));
+  StatusOr<GgufFile> file = GgufFile::Open(truncated.path(), LoadMode::kRead);
+  ASSERT_FALSE(file.ok());
+  EXPECT_NE(file.status().message().find("(in '" + truncated.path() + "')"), std::string::npos)
+      << file.status().message();
+}
+
 TEST(GgufOpenTest, MissingFile) {
   const std::string path = "/nonexistent/kvllm/model.gguf";
   ExpectError(GgufFile::Open(path), "gguf: cannot open '" + path + "': " + std::strerror(ENOENT));

@@ -40,8 +40,8 @@ void Rope(float* x, int32_t n_heads, int32_t head_dim, int32_t n_rot, int32_t po
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path) {
-  KVLLM_ASSIGN_OR_RETURN(gguf::GgufFile file, gguf::GgufFile::Open(path));
+StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path, gguf::LoadMode mode) {
+  KVLLM_ASSIGN_OR_RETURN(gguf::GgufFile file, gguf::GgufFile::Open(path, mode));
   KVLLM_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::FromGguf(file));
   KVLLM_ASSIGN_OR_RETURN(Weights weights, Weights::Bind(file, config));
   return std::unique_ptr<Model>(new Model(std::move(file), std::move(config), std::move(weights)));

@@ -56,8 +56,9 @@ struct ForwardBatch {
 
 class Model {
  public:
-  // Maps the file and binds the weights; nothing is copied.
-  static StatusOr<std::unique_ptr<Model>> Load(const std::string& path);
+  // Maps (kMmap) or reads (kRead) the file and binds the weights in place.
+  static StatusOr<std::unique_ptr<Model>> Load(const std::string& path,
+                                               gguf::LoadMode mode = gguf::LoadMode::kMmap);
 
   const ModelConfig& config() const { return config_; }
   const Weights& weights() const { return weights_; }
