@@ -338,31 +338,41 @@ void QuantizeAct(const float* x, BlockQ8Act* xq, int64_t n) {
   }
 }
 
-// One weight block as 32 signed bytes (q for Q8_0, the nibble minus 8 for Q4_0). vpdpbusd
-// multiplies unsigned by signed bytes, so the dot moves the weights' signs onto x: |w| * (x
-// with w's sign), each product exact and at most 128 * 127, four of them to an int32 lane.
+// How ActTile reads one kind of weight block as 32 integers for vpdpbusd, which multiplies
+// unsigned by signed bytes, four products (each exact) summed into an int32 lane:
+//   Q8_0  signed q: the dot moves q's signs onto x, |q| * (x with q's sign), |q| <= 128;
+//   Q4_0  the nibbles n = q + 8, already unsigned: the lanes start from -8 * (their four x's
+//         sum), once per activation block for all rows, and add n * x.
+// Either way each int32 lane ends as sum q * x over its four elements, exactly.
 struct Q8_0Ints {
   using Block = BlockQ8_0;
   static __m256i Load(const BlockQ8_0& b) {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));
+  }
+  static __m256i Start(__m256i /*x*/) { return _mm256_setzero_si256(); }
+  static __m256i Dot(__m256i start, __m256i w, __m256i x) {
+    return _mm256_dpbusd_epi32(start, _mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
   }
 };
 
 struct Q4_0Ints {
   using Block = BlockQ4_0;
   static __m256i Load(const BlockQ4_0& b) {
-    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
-    const __m128i low_nibble = _mm_set1_epi8(0x0f);
-    // Byte j holds element j in its low nibble and element j + 16 in its high nibble.
-    const __m256i nibbles = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), low_nibble),
-                                             _mm_and_si128(packed, low_nibble));
-    return _mm256_sub_epi8(nibbles, _mm256_set1_epi8(8));
+    // Byte j holds element j in its low nibble and element j + 16 in its high nibble: the 16
+    // bytes go to both halves, the upper half shifted down by 4, then both masked.
+    const __m256i both = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs)));
+    const __m256i shifts = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
+    return _mm256_and_si256(_mm256_srlv_epi32(both, shifts), _mm256_set1_epi8(0x0f));
+  }
+  static __m256i Start(__m256i x) {
+    return _mm256_sub_epi32(_mm256_setzero_si256(),
+                            _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(8), x));
+  }
+  static __m256i Dot(__m256i start, __m256i w, __m256i x) {
+    return _mm256_dpbusd_epi32(start, w, x);
   }
 };
-
-__m256i BlockIntDot(__m256i w, __m256i x) {
-  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
-}
 
 // The f16 scale d in all 8 lanes: a broadcast load and one conversion, no scalar work.
 __m256 BroadcastScale(const uint16_t* d) {
@@ -380,15 +390,17 @@ void ActTile(const typename Ints::Block* const rows[R], const BlockQ8Act* const 
              float* y, int64_t y_stride, int64_t ahead) {
   auto step = [&](int64_t i, __m256 (&acc)[R][T]) {
     __m256i x[T];
+    __m256i start[T];
     for (int t = 0; t < T; ++t) {
       x[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[t][i].qs));
+      start[t] = Ints::Start(x[t]);
     }
     for (int r = 0; r < R; ++r) {
       _mm_prefetch(reinterpret_cast<const char*>(&rows[r][i]) + ahead, _MM_HINT_T0);
       const __m256i w = Ints::Load(rows[r][i]);
       const __m256 dw = BroadcastScale(&rows[r][i].d);
       for (int t = 0; t < T; ++t) {
-        const __m256 sum = _mm256_mul_ps(_mm256_cvtepi32_ps(BlockIntDot(w, x[t])), dw);
+        const __m256 sum = _mm256_mul_ps(_mm256_cvtepi32_ps(Ints::Dot(start[t], w, x[t])), dw);
         acc[r][t] = _mm256_fmadd_ps(sum, _mm256_set1_ps(xq[t][i].d), acc[r][t]);
       }
     }
