@@ -7,6 +7,7 @@
 #   pp512 and tg128 for F16, Q8_0 and Q4_0 weights            (-r $REPS, default 3)
 #   decode at depth 1 and $DEPTH (default 4096) with f16 and q8_0 KV, Q4_0 weights
 #     (-r $DEPTH_REPS, default 1: every run prefills $DEPTH tokens first, minutes on 2 cores)
+# Every run reads the weights into huge pages (--no-mmap), kvllm's fastest way to run.
 #
 # Usage: bench/performance.sh [--update-doc]
 #   env: BUILD (build), THREADS (2), REPS (3), DEPTH (4096), DEPTH_REPS (1), MODELS ($BUILD/models)
@@ -36,14 +37,14 @@ done
 for t in f16 q8_0 q4_0; do
   echo "performance: pp512/tg128, $t weights" >&2
   "$kvllm" bench -m "$models/tinyllama-random-$t.gguf" -t "$threads" -p 512 -n 128 -r "$reps" \
-    --no-depths --json > "$out/pp-tg-$t.json"
+    --no-depths --no-mmap --json > "$out/pp-tg-$t.json"
 done
 for kv in f16 q8_0; do
   echo "performance: decode at depth 1 and $depth, $kv KV" >&2
   # -p 1 -n 1: the pp/tg rows of these runs are not part of the table.
   "$kvllm" bench -m "$models/tinyllama-random-q4_0.gguf" -t "$threads" -p 1 -n 1 \
     -r "$depth_reps" --depths "1,$depth" --depth-steps 8 --cache-only -ctk "$kv" -ctv "$kv" \
-    --json > "$out/depth-$kv.json"
+    --no-mmap --json > "$out/depth-$kv.json"
 done
 
 $py - "$out" "$update_doc" <<'PY'
