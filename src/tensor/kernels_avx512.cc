@@ -4,20 +4,8 @@
 // kernels_avx2.cc this file alone is compiled with those instruction sets, so it must not
 // define anything with external or vague linkage that other files could pick up (no std
 // templates, no inline functions from shared headers).
-// GCC 12 warns, falsely, that the _mm512_undefined_* placeholders inside many AVX-512
-// intrinsics are used uninitialized (GCC bug 105593). The warnings are silenced for the
-// header's own lines only; this file's code is still checked.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+#include "tensor/avx512_intrinsics.h"
 
-#include <algorithm>
 #include <cstdint>
 
 #include "tensor/kernels_internal.h"
@@ -84,9 +72,10 @@ float DotFloat(const typename Src::Elem* a, const float* x, int64_t n) {
   // A first, masked step up to the row's next vector-aligned address: a 64-byte load that
   // straddles two cache lines costs two, and float rows are often only 16-byte aligned.
   constexpr uintptr_t kVecBytes = 16 * sizeof(typename Src::Elem);
-  int64_t i = std::min<int64_t>(
-      n, ((kVecBytes - reinterpret_cast<uintptr_t>(a) % kVecBytes) % kVecBytes) /
-             sizeof(typename Src::Elem));
+  const auto misalign = static_cast<int64_t>(
+      ((kVecBytes - reinterpret_cast<uintptr_t>(a) % kVecBytes) % kVecBytes) /
+      sizeof(typename Src::Elem));
+  int64_t i = misalign < n ? misalign : n;
   if (i > 0) {
     const __mmask16 m = TailMask(i);
     acc2 = _mm512_fmadd_ps(Src::LoadMasked(m, a), _mm512_maskz_loadu_ps(m, x), acc2);

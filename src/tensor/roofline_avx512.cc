@@ -1,19 +1,7 @@
 // AVX-512 FMA loop of the roofline (roofline.h): the prefill ceiling for the AVX-512 kernels,
 // twice the lanes of the AVX2 loop. Like kernels_avx512.cc this file alone is compiled with
 // those instruction sets, so it defines nothing with vague linkage.
-// GCC 12 warns, falsely, that the _mm512_undefined_* placeholders inside many AVX-512
-// intrinsics are used uninitialized (GCC bug 105593). The warnings are silenced for the
-// header's own lines only; this file's code is still checked.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-
+#include "tensor/avx512_intrinsics.h"
 #include "tensor/roofline.h"
 
 namespace kvllm::internal {
