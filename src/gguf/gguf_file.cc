@@ -416,9 +416,9 @@ constexpr size_t kHugePage = size_t{2} << 20;
 
 // Anonymous memory for `size` bytes starting on a 2 MiB boundary (a transparent huge page can
 // only back an aligned 2 MiB range), marked for huge pages, with the file read into it.
-// `*map`, `*map_bytes` receive the whole mapping.
+// `*map`, `*map_bytes` receive the whole mapping and `*data` where the file's bytes start.
 Status ReadIntoHugePages(int fd, const std::string& path, size_t size, void** map,
-                         size_t* map_bytes) {
+                         size_t* map_bytes, const uint8_t** data_out) {
   const size_t bytes = (size + kHugePage - 1) / kHugePage * kHugePage + kHugePage;
   void* mem = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (mem == MAP_FAILED) {
@@ -443,6 +443,7 @@ Status ReadIntoHugePages(int fd, const std::string& path, size_t size, void** ma
   ::mprotect(mem, bytes, PROT_READ);  // read-only, as the file mapping is
   *map = mem;
   *map_bytes = bytes;
+  *data_out = data;
   return Status::Ok();
 }
 
@@ -470,11 +471,10 @@ StatusOr<GgufFile> GgufFile::Open(const std::string& path, LoadMode mode) {
   file.path_ = path;
   file.size_ = size;
   if (mode == LoadMode::kRead) {
-    const Status read = ReadIntoHugePages(fd, path, size, &file.map_, &file.map_bytes_);
+    const Status read =
+        ReadIntoHugePages(fd, path, size, &file.map_, &file.map_bytes_, &file.data_);
     ::close(fd);
     KVLLM_RETURN_IF_ERROR(read);
-    const uintptr_t base = reinterpret_cast<uintptr_t>(file.map_);
-    file.data_ = reinterpret_cast<const uint8_t*>((base + kHugePage - 1) / kHugePage * kHugePage);
   } else {
     void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
     const int map_errno = errno;

@@ -425,10 +425,10 @@ float DotActBlocks(const void* row, const BlockQ8Act* xq, int64_t n) {
 // Up to 4 rows x 2 tokens: 16 accumulators, the loaded blocks and the sign-moved copies fit
 // the 32 vector registers.
 template <class Ints, int R>
-void ActTileRows(const ActTileArgs& a, int64_t r0) {
+void ActTileRows(const ActTileArgs& a) {
   const typename Ints::Block* rows[R];
   for (int r = 0; r < R; ++r) {
-    rows[r] = reinterpret_cast<const typename Ints::Block*>(a.w + (r0 + r) * a.row_bytes);
+    rows[r] = reinterpret_cast<const typename Ints::Block*>(a.w + r * a.row_bytes);
   }
   // Each row prefetches the same block of the next tile's row: one tile ahead, the distance
   // the loop needs whatever the row length (a fixed distance shorter than the tile would only
@@ -437,11 +437,11 @@ void ActTileRows(const ActTileArgs& a, int64_t r0) {
   int64_t t = 0;
   for (; t + 2 <= a.n_tok; t += 2) {
     const BlockQ8Act* xq[2] = {a.xq + t * a.xq_stride, a.xq + (t + 1) * a.xq_stride};
-    ActTile<Ints, R, 2>(rows, xq, a.n, a.y + t * a.y_stride + r0, a.y_stride, ahead);
+    ActTile<Ints, R, 2>(rows, xq, a.n, a.y + t * a.y_stride, a.y_stride, ahead);
   }
   if (t < a.n_tok) {
     const BlockQ8Act* xq[1] = {a.xq + t * a.xq_stride};
-    ActTile<Ints, R, 1>(rows, xq, a.n, a.y + t * a.y_stride + r0, a.y_stride, ahead);
+    ActTile<Ints, R, 1>(rows, xq, a.n, a.y + t * a.y_stride, a.y_stride, ahead);
   }
 }
 
@@ -450,13 +450,13 @@ void DotActTileBlocks(const ActTileArgs& a) {
   static_assert(kTileRows == 4);
   switch (a.n_rows) {
     case 4:
-      return ActTileRows<Ints, 4>(a, 0);
+      return ActTileRows<Ints, 4>(a);
     case 3:
-      return ActTileRows<Ints, 3>(a, 0);
+      return ActTileRows<Ints, 3>(a);
     case 2:
-      return ActTileRows<Ints, 2>(a, 0);
+      return ActTileRows<Ints, 2>(a);
     default:
-      return ActTileRows<Ints, 1>(a, 0);
+      return ActTileRows<Ints, 1>(a);
   }
 }
 
