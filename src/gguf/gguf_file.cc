@@ -412,39 +412,25 @@ GgmlTypeTraits GetGgmlTypeTraits(uint32_t type) {
 
 namespace {
 
-constexpr size_t kHugePage = size_t{2} << 20;
-
-// Anonymous memory for `size` bytes starting on a 2 MiB boundary (a transparent huge page can
-// only back an aligned 2 MiB range), marked for huge pages, with the file read into it.
-// `*map`, `*map_bytes` receive the whole mapping and `*data` where the file's bytes start.
-Status ReadIntoHugePages(int fd, const std::string& path, size_t size, void** map,
-                         size_t* map_bytes, const uint8_t** data_out) {
-  const size_t bytes = (size + kHugePage - 1) / kHugePage * kHugePage + kHugePage;
-  void* mem = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (mem == MAP_FAILED) {
+// The file read into huge-page memory (see HugePageBuffer), made read-only as a mapping is.
+StatusOr<HugePageBuffer> ReadIntoHugePages(int fd, const std::string& path, size_t size) {
+  HugePageBuffer buffer = HugePageBuffer::Allocate(size);
+  if (buffer.data() == nullptr) {
     return Error("cannot allocate ", size, " bytes to read '", path, "' into (--no-mmap): ",
                  std::strerror(errno));
   }
-  const uintptr_t base = reinterpret_cast<uintptr_t>(mem);
-  auto* data = reinterpret_cast<uint8_t*>((base + kHugePage - 1) / kHugePage * kHugePage);
-  // Best effort: where transparent huge pages are off this fails and 4 KiB pages remain.
-  ::madvise(data, bytes - (data - static_cast<uint8_t*>(mem)), MADV_HUGEPAGE);
   size_t done = 0;
   while (done < size) {
-    const ssize_t got = ::pread(fd, data + done, size - done, static_cast<off_t>(done));
+    const ssize_t got = ::pread(fd, buffer.data() + done, size - done, static_cast<off_t>(done));
     if (got < 0 && errno == EINTR) continue;
     if (got <= 0) {
       const std::string why = got < 0 ? std::strerror(errno) : "the file shrank while read";
-      ::munmap(mem, bytes);
       return Error("cannot read '", path, "' at byte ", done, " of ", size, ": ", why);
     }
     done += static_cast<size_t>(got);
   }
-  ::mprotect(mem, bytes, PROT_READ);  // read-only, as the file mapping is
-  *map = mem;
-  *map_bytes = bytes;
-  *data_out = data;
-  return Status::Ok();
+  buffer.MakeReadOnly();
+  return buffer;
 }
 
 }  // namespace
@@ -471,10 +457,11 @@ StatusOr<GgufFile> GgufFile::Open(const std::string& path, LoadMode mode) {
   file.path_ = path;
   file.size_ = size;
   if (mode == LoadMode::kRead) {
-    const Status read =
-        ReadIntoHugePages(fd, path, size, &file.map_, &file.map_bytes_, &file.data_);
+    StatusOr<HugePageBuffer> read = ReadIntoHugePages(fd, path, size);
     ::close(fd);
-    KVLLM_RETURN_IF_ERROR(read);
+    if (!read.ok()) return read.status();
+    file.owned_ = std::move(*read);
+    file.data_ = file.owned_.data();
   } else {
     void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
     const int map_errno = errno;
@@ -508,6 +495,7 @@ GgufFile& GgufFile::operator=(GgufFile&& other) noexcept {
   size_ = std::exchange(other.size_, 0);
   map_ = std::exchange(other.map_, nullptr);
   map_bytes_ = std::exchange(other.map_bytes_, 0);
+  owned_ = std::move(other.owned_);
   version_ = other.version_;
   alignment_ = other.alignment_;
   data_offset_ = other.data_offset_;
@@ -524,6 +512,7 @@ void GgufFile::Unmap() {
   if (map_ != nullptr) ::munmap(map_, map_bytes_);
   map_ = nullptr;
   map_bytes_ = 0;
+  owned_ = HugePageBuffer();
   data_ = nullptr;
   size_ = 0;
 }

@@ -23,6 +23,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/huge_pages.h"
 #include "base/status.h"
 
 namespace kvllm::gguf {
@@ -145,10 +146,11 @@ class GgufFile {
   std::string path_;
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;
-  // Our own mapping, holding data_ (file mapping or huge-page aligned memory); null when the
-  // buffer is the caller's.
+  // What holds data_ when it is not the caller's buffer: the file's mapping, or (--no-mmap)
+  // the file read into huge-page memory.
   void* map_ = nullptr;
   size_t map_bytes_ = 0;
+  HugePageBuffer owned_;
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
   uint64_t data_offset_ = 0;

@@ -1,7 +1,6 @@
 #include "kv/kv_cache.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <optional>
@@ -15,14 +14,13 @@
 namespace kvllm {
 namespace {
 
-uint8_t* AllocateAligned(size_t bytes) {
-  size_t rounded = (bytes + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
-  if (p == nullptr) throw std::bad_alloc();
-  return static_cast<uint8_t*>(p);
+// Decode reads every block of a sequence on every token, a few KiB per block, layer and head:
+// in 4 KiB pages nearly every such read would be a TLB miss.
+HugePageBuffer AllocatePool(size_t bytes) {
+  HugePageBuffer pool = HugePageBuffer::Allocate(bytes);
+  if (pool.data() == nullptr) throw std::bad_alloc();
+  return pool;
 }
-
-void FreeAligned(uint8_t* p) { std::free(p); }
 
 int32_t CeilDiv(int32_t a, int32_t b) { return (a + b - 1) / b; }
 
@@ -33,8 +31,7 @@ KVCache::KVCache(KVLayout layout, int32_t num_blocks, KVWindow window)
       window_(window),
       pool_(num_blocks),
       prefix_(num_blocks),
-      data_(AllocateAligned(static_cast<size_t>(num_blocks) * layout.bytes_per_block()),
-            &FreeAligned),
+      data_(AllocatePool(static_cast<size_t>(num_blocks) * layout.bytes_per_block())),
       scratch_(3 * static_cast<size_t>(layout.shape().head_dim)) {}
 
 const char* PrefixMissName(PrefixMiss m) {
@@ -81,7 +78,7 @@ BlockRecord KVCache::MakeRecord(BlockHash hash, BlockHash parent, std::span<cons
 BlockId KVCache::Load(const BlockRecord& r) {
   if (available_blocks() == 0) return BlockId();
   const BlockId id = AllocateBlock();
-  std::memcpy(data_.get() + static_cast<size_t>(id.value) * layout_.bytes_per_block(),
+  std::memcpy(data_.data() + static_cast<size_t>(id.value) * layout_.bytes_per_block(),
               r.data.data(), layout_.bytes_per_block());
   KVLLM_CHECK(prefix_.Insert(r.hash, id, r.tokens));
   // The allocation's reference becomes the cache's: the block is cached-free until taken.
@@ -134,7 +131,7 @@ void KVCache::Append(SeqId seq, int32_t n_new) {
   if (n_new > 0 && NeedsCopy(t)) {
     const BlockId shared = t.blocks.back();
     const BlockId own = AllocateBlock();
-    std::memcpy(data_.get() + static_cast<size_t>(own.value) * layout_.bytes_per_block(),
+    std::memcpy(data_.data() + static_cast<size_t>(own.value) * layout_.bytes_per_block(),
                 BlockData(shared), layout_.bytes_per_block());
     t.blocks.back() = own;
     ReleaseBlock(shared);

@@ -27,12 +27,12 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "base/huge_pages.h"
 #include "base/status.h"
 #include "kv/block_pool.h"
 #include "kv/ids.h"
@@ -171,7 +171,7 @@ class KVCache {
   void SealK(SeqId seq, int32_t layer);
 
   const uint8_t* BlockData(BlockId id) const {
-    return data_.get() + static_cast<size_t>(id.value) * layout_.bytes_per_block();
+    return data_.data() + static_cast<size_t>(id.value) * layout_.bytes_per_block();
   }
   // The block of `layer` whose K is in staging, and its rows [n_kv_head][block_size][head_dim]
   // f16; {-1, nullptr} when K is not staged.
@@ -219,7 +219,7 @@ class KVCache {
   uint8_t* Block(const BlockTable& t, int32_t idx) {
     const BlockId id = t.blocks[idx / block_size()];
     KVLLM_CHECK(id.valid());
-    return data_.get() + static_cast<size_t>(id.value) * layout_.bytes_per_block();
+    return data_.data() + static_cast<size_t>(id.value) * layout_.bytes_per_block();
   }
 
   KVLayout layout_;
@@ -230,8 +230,7 @@ class KVCache {
   uint64_t model_identity_ = 0;
   uint64_t identity_ = 0;  // the model's, the formats' and the block size's: seeds the chain
   StoreTiers* store_ = nullptr;
-  // [num_blocks][bytes_per_block], 64-byte aligned
-  std::unique_ptr<uint8_t[], void (*)(uint8_t*)> data_;
+  HugePageBuffer data_;  // [num_blocks][bytes_per_block]
   std::unordered_map<SeqId, SeqState> seqs_;
   std::vector<float> scratch_;  // [3][head_dim] for writes (rotation, sealing)
 };
