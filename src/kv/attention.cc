@@ -12,9 +12,15 @@
 namespace kvllm {
 namespace {
 
+// Slots whose scores are taken before one softmax update: whole blocks, at least 64 slots, so
+// that the per-head bookkeeping (max, rescaling, the exp call) is paid once per 64 slots, not
+// once per block.
+int32_t ChunkSlots(int32_t block_size) { return std::max(block_size, 64); }
+
 // AttendGroup's scratch, carved from one buffer of ScratchFloats floats.
 struct Scratch {
-  float* scores;      // [n_group][n] for a block's n <= block_size slots
+  float* scores;      // [n_group][ChunkSlots] a chunk's scores, then its softmax numerators
+  float* piece;       // [n_group][block_size] one block's scores from a matrix product
   float* run_max;     // [n_group]
   float* run_sum;     // [n_group]
   float* q_rot;       // [n_group][head_dim] the span's query, rotated (q4_0r)
@@ -22,14 +28,15 @@ struct Scratch {
   float* q_min;       // [n_group] q · the block's channel minima
   float* chan_scale;  // [head_dim]
   float* chan_min;    // [head_dim]
-  // [block_size][head_dim] a KIVI block's K codes or V rows as floats, all unpacked before
-  // any is read (reading a row right after writing it stalls on store forwarding)
+  // [block_size][head_dim] a block's K codes or V rows as floats, all unpacked before any is
+  // read (reading a row right after writing it stalls on store forwarding)
   float* rows;
 
   Scratch(float* p, int32_t n_group, int32_t block_size, int32_t head_dim) {
     const int64_t g = n_group, d = head_dim;
     scores = p;
-    run_max = scores + g * block_size;
+    piece = scores + g * ChunkSlots(block_size);
+    run_max = piece + g * block_size;
     run_sum = run_max + g;
     q_rot = run_sum + g;
     q_scale = q_rot + g * d;
@@ -42,7 +49,8 @@ struct Scratch {
 
 int64_t ScratchFloats(int32_t n_group, int32_t block_size, int32_t head_dim) {
   const int64_t g = n_group, d = head_dim;
-  return g * block_size + 2 * g + 2 * g * d + g + 2 * d + int64_t{block_size} * d;
+  return g * ChunkSlots(block_size) + g * block_size + 2 * g + 2 * g * d + g + 2 * d +
+         int64_t{block_size} * d;
 }
 
 // Where one block's K of the attended head is read from, for slots [slot0, slot0 + n).
@@ -51,15 +59,21 @@ struct KBlock {
   const uint16_t* rows;   // [block_size][head_dim] f16 when the block is staged, else nullptr
 };
 
-// scores[g][j] = q_g · k_{slot0 + j} for j < n (unscaled), rows of n. The block's K rows are
-// turned into floats once (s.rows) and multiplied with the whole query group in one small
-// matrix product, so each row is converted once, not once per query head.
+// scores[g * stride + j] = scale · q_g · k_{slot0 + j} for j < n. A dimension-major f16 K
+// meets the whole group in one kernel. Other K blocks are turned into float rows once (s.rows)
+// and multiplied with the group in one small matrix product, so each row is converted once,
+// not once per query head.
 void KScores(const AttentionArgs& a, const KBlock& kb, int32_t slot0, int32_t n, const float* q,
-             Scratch& s) {
+             Scratch& s, float* scores, int32_t stride) {
   const KernelSet& kern = Kernels();
   const KVLayout& lay = a.kv->layout();
   const KVFormat f = lay.k_format();
   const int32_t d = lay.shape().head_dim;
+  if (kb.rows == nullptr && f.dimension_major(KVRole::kK)) {
+    const auto* dims = reinterpret_cast<const uint16_t*>(kb.data + lay.KHeadOffset(a.layer, a.kv_head));
+    kern.scores_f16t(dims + slot0, lay.block_size(), n, q, a.n_group, d, a.scale, scores, stride);
+    return;
+  }
   const float* queries = q;
   // A head's rows of one block lie one after another, so n rows convert in one call.
   if (kb.rows != nullptr) {
@@ -82,18 +96,18 @@ void KScores(const AttentionArgs& a, const KBlock& kb, int32_t slot0, int32_t n,
     kern.dequantize(f.row_type(), kb.data + lay.KRowOffset(a.layer, a.kv_head, slot0), s.rows,
                     int64_t{n} * d);
   }
-  MatMul(DType::kF32, s.rows, n, d, queries, a.n_group, s.scores, nullptr);
-  if (f.is_kivi() && kb.rows == nullptr) {
-    for (int32_t g = 0; g < a.n_group; ++g) {
-      for (int32_t j = 0; j < n; ++j) s.scores[g * n + j] += s.q_min[g];
-    }
+  MatMul(DType::kF32, s.rows, n, d, queries, a.n_group, s.piece, nullptr);
+  const bool add_min = f.is_kivi() && kb.rows == nullptr;
+  for (int32_t g = 0; g < a.n_group; ++g) {
+    const float shift = add_min ? s.q_min[g] : 0.0f;
+    for (int32_t j = 0; j < n; ++j) scores[g * stride + j] = (s.piece[g * n + j] + shift) * a.scale;
   }
 }
 
-// out[g] += Σ_j p[g][j] · v_{slot0 + j}, with p in s.scores (rows of n). The V rows become
+// out[g] += Σ_j p[g * stride + j] · v_{slot0 + j} for j < n. The V rows become
 // floats once (s.rows, free again once KScores is done with it) for the whole group.
 void AddValues(const AttentionArgs& a, const uint8_t* block, int32_t slot0, int32_t n,
-               float* out, Scratch& s) {
+               const float* p, int32_t stride, float* out, Scratch& s) {
   const KernelSet& kern = Kernels();
   const KVLayout& lay = a.kv->layout();
   const KVFormat f = lay.v_format();
@@ -107,7 +121,7 @@ void AddValues(const AttentionArgs& a, const uint8_t* block, int32_t slot0, int3
     kern.dequantize(f.row_type(), block + lay.VRowOffset(a.layer, a.kv_head, slot0), s.rows,
                     int64_t{n} * d);
   }
-  kern.weighted_rows(s.scores, n, a.n_group, s.rows, n, d, out);
+  kern.weighted_rows(p, stride, a.n_group, s.rows, n, d, out);
 }
 
 // Attends the spans' slots in [lo, hi), leaving acc, run_max and run_sum unnormalised.
@@ -135,30 +149,43 @@ void AttendRange(const AttentionArgs& a, int32_t lo, int32_t hi, float* acc_out,
       for (int32_t g = 0; g < a.n_group; ++g) HadamardRotate(s.q_rot + int64_t{g} * d, d);
       q = s.q_rot;
     }
-    // Visit the span block by block: slots [idx, idx + n) lie in one block.
-    for (int32_t idx = begin; idx < end;) {
-      const int32_t slot0 = idx % bs;
-      const int32_t n = std::min(bs - slot0, end - idx);
-      const uint8_t* block = a.kv->BlockData(table.blocks[idx / bs]);
-      KBlock kb{block, nullptr};
-      if (idx / bs == staged.block_idx) {
-        kb.rows = staged.rows + int64_t{a.kv_head} * bs * d;
+    // Visit the span chunk by chunk, each chunk block by block: slots [idx, idx + n) of a
+    // piece lie in one block.
+    const int32_t cap = ChunkSlots(bs);
+    for (int32_t chunk0 = begin; chunk0 < end;) {
+      int32_t len = 0;
+      for (int32_t idx = chunk0; idx < end;) {
+        const int32_t slot0 = idx % bs;
+        const int32_t n = std::min(bs - slot0, end - idx);
+        if (len + n > cap) break;
+        KBlock kb{a.kv->BlockData(table.blocks[idx / bs]), nullptr};
+        if (idx / bs == staged.block_idx) {
+          kb.rows = staged.rows + int64_t{a.kv_head} * bs * d;
+        }
+        KScores(a, kb, slot0, n, q, s, s.scores + len, cap);
+        len += n;
+        idx += n;
       }
-      KScores(a, kb, slot0, n, q, s);
       for (int32_t g = 0; g < a.n_group; ++g) {
-        float* sc = s.scores + g * n;
-        for (int32_t j = 0; j < n; ++j) sc[j] *= a.scale;
-        const float m_new = std::max(run_max[g], *std::max_element(sc, sc + n));
-        const float correction = std::exp(run_max[g] - m_new);  // 0 on the first block
+        float* sc = s.scores + g * cap;
+        const float m_new = std::max(run_max[g], kern.max_f32(sc, len));
+        const float correction = std::exp(run_max[g] - m_new);  // 0 on the first chunk
         float* acc = acc_out + int64_t{g} * d;
         if (correction != 1.0f) {
           for (int32_t i = 0; i < d; ++i) acc[i] *= correction;
         }
         run_max[g] = m_new;
-        run_sum[g] = run_sum[g] * correction + kern.exp_sum(sc, n, m_new);
+        run_sum[g] = run_sum[g] * correction + kern.exp_sum(sc, len, m_new);
       }
-      AddValues(a, block, slot0, n, acc_out, s);
-      idx += n;
+      for (int32_t idx = chunk0, off = 0; off < len;) {
+        const int32_t slot0 = idx % bs;
+        const int32_t n = std::min(bs - slot0, end - idx);
+        AddValues(a, a.kv->BlockData(table.blocks[idx / bs]), slot0, n, s.scores + off, cap,
+                  acc_out, s);
+        off += n;
+        idx += n;
+      }
+      chunk0 += len;
     }
   }
 }

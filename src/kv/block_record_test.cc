@@ -95,8 +95,11 @@ TEST(BlockRecordTest, NamesWhatIsWrong) {
   b[0] = 'X';
   EXPECT_NE(error(b).find("magic"), std::string::npos);
   b = good;
-  SetLE32(b, 8, 2);
-  EXPECT_NE(error(b).find("version 2"), std::string::npos);
+  SetLE32(b, 8, kBlockFormatVersion + 1);
+  EXPECT_NE(error(b).find("version " + std::to_string(kBlockFormatVersion + 1)),
+            std::string::npos);
+  SetLE32(b, 8, 1);  // an f16 K held row by row: not to be read as dimension-major
+  EXPECT_NE(error(b).find("version 1"), std::string::npos);
   b = good;
   b[100] ^= 1;
   EXPECT_NE(error(b).find("checksum"), std::string::npos);

@@ -9,6 +9,7 @@
 
 #include "kv/hadamard.h"
 #include "kv/kivi.h"
+#include "tensor/fp16.h"
 #include "tensor/quant.h"
 
 namespace kvllm {
@@ -269,6 +270,13 @@ void KVCache::WriteK(SeqId seq, int32_t layer, int32_t pos, const float* k) {
     return;
   }
   uint8_t* block = Block(s.table, pos);
+  if (f.dimension_major(KVRole::kK)) {
+    for (int32_t h = 0; h < n_head; ++h) {
+      auto* dims = reinterpret_cast<uint16_t*>(block + layout_.KHeadOffset(layer, h)) + slot;
+      for (int32_t i = 0; i < d; ++i) dims[int64_t{i} * bs] = F32ToF16(k[int64_t{h} * d + i]);
+    }
+    return;
+  }
   for (int32_t h = 0; h < n_head; ++h) {
     const float* row = k + int64_t{h} * d;
     if (f.rotated()) {
@@ -333,6 +341,12 @@ void KVCache::ReadK(SeqId seq, int32_t layer, int32_t head, int32_t idx, float* 
   const uint8_t* block = BlockData(t.blocks[idx / bs]);
   if (f.is_kivi()) {
     kivi::DequantizeKSlot(f.bits(), block + layout_.KHeadOffset(layer, head), idx % bs, d, out);
+    return;
+  }
+  if (f.dimension_major(KVRole::kK)) {
+    const auto* dims =
+        reinterpret_cast<const uint16_t*>(block + layout_.KHeadOffset(layer, head)) + idx % bs;
+    for (int32_t i = 0; i < d; ++i) out[i] = F16ToF32(dims[int64_t{i} * bs]);
     return;
   }
   DequantizeRow(f.row_type(), block + layout_.KRowOffset(layer, head, idx % bs), out, d);

@@ -2,7 +2,7 @@
 //
 //   name    kind        storage
 //   f32     row         a token's head_dim vector as a row of that DType (tensor/dtype.h)
-//   f16     row
+//   f16     row         (as K: dimension-major within a block, see dimension_major())
 //   bf16    row
 //   q8_0    row         groups of 32 with an f16 scale (GGUF's Q8_0)
 //   q4_0    row         groups of 32 with an f16 scale (GGUF's Q4_0)
@@ -46,6 +46,12 @@ class KVFormat {
   bool rotated() const { return rotated_; }
   // The DType of a row format's rows (meaningless for KIVI formats).
   DType row_type() const { return type_; }
+  // An f16 K is stored dimension-major within each block: [head_dim][block_size] per layer and
+  // head, a token's values block_size apart. Attention then takes one dimension of many
+  // tokens per vector and its scores need no horizontal sums (Kernels().scores_f16t).
+  bool dimension_major(KVRole role) const {
+    return role == KVRole::kK && type_ == DType::kF16 && bits_ == 0;
+  }
   // K waits in f16 until its block is full (KIVI's per-channel quantization).
   bool staged(KVRole role) const { return role == KVRole::kK && is_kivi(); }
 

@@ -62,7 +62,7 @@ class KVLayout {
   size_t KHeadOffset(int32_t layer, int32_t head) const {
     return layer * layer_bytes_ + head * k_head_bytes_;
   }
-  // Row formats only (not a KIVI K).
+  // Row formats only (not a KIVI or a dimension-major K).
   size_t KRowOffset(int32_t layer, int32_t head, int32_t slot) const {
     return KHeadOffset(layer, head) + slot * k_row_bytes_;
   }

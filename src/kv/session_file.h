@@ -18,7 +18,8 @@
 
 namespace kvllm {
 
-inline constexpr uint32_t kSessionFormatVersion = 1;
+// 2: blocks hold an f16 K dimension-major (see kBlockFormatVersion).
+inline constexpr uint32_t kSessionFormatVersion = 2;
 
 struct SessionData {
   std::string metadata;

@@ -36,6 +36,13 @@ struct KernelSet {
   // x[j] = exp(x[j] - shift) for j < n; returns sum_j x[j] (softmax's numerators; x[j] <= shift
   // in use). Within a few ulps of std::exp.
   float (*exp_sum)(float* x, int64_t n, float shift);
+  // max_j x[j] for j < n (n >= 1; the scores' max before exp_sum).
+  float (*max_f32)(const float* x, int64_t n);
+  // s[g * s_stride + j] = scale * sum_i q[g * d + i] * k[i * ld + j]  for g < n_g, j < n, i < d:
+  // attention scores against an f16 K stored dimension-major (a slot's d values ld apart), so
+  // that a vector holds one dimension of many slots and the scores need no horizontal sums.
+  void (*scores_f16t)(const uint16_t* k, int64_t ld, int64_t n, const float* q, int64_t n_g,
+                      int64_t d, float scale, float* s, int64_t s_stride);
   // xq = the n / 32 BlockQ8Act blocks of x (n a multiple of 32); the same bits at every level.
   void (*quantize_act)(const float* x, BlockQ8Act* xq, int64_t n);
   // sum_b d_w[b] * xq[b].d * sum_j q_w[b][j] * xq[b].qs[j]  (the integer dot per block is exact)

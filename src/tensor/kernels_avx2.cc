@@ -321,6 +321,60 @@ float ExpSum(float* x, int64_t n, float shift) {
   return total;
 }
 
+float MaxF32(const float* x, int64_t n) {
+  __m256 m = _mm256_set1_ps(x[0]);
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(x + j));
+  float lanes[8];
+  _mm256_storeu_ps(lanes, m);
+  float out = lanes[0];
+  for (int i = 1; i < 8; ++i) out = out > lanes[i] ? out : lanes[i];
+  for (; j < n; ++j) out = out > x[j] ? out : x[j];
+  return out;
+}
+
+// G query heads against 8 slots (the lanes; a last strip of r < 8 slots goes through a zeroed
+// copy). Eight heads give eight independent FMA chains, enough to cover the FMA latency.
+template <int G>
+void ScoresStrip(const uint16_t* k, int64_t ld, int64_t r, const float* q, int64_t d,
+                 float scale, float* s, int64_t s_stride) {
+  __m256 acc[G];
+  for (int g = 0; g < G; ++g) acc[g] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < d; ++i) {
+    const __m256 kv = r == 8 ? F16Src::Load(k + i * ld) : LoadTail<F16Src>(k + i * ld, r);
+    for (int g = 0; g < G; ++g) acc[g] = _mm256_fmadd_ps(_mm256_set1_ps(q[g * d + i]), kv, acc[g]);
+  }
+  const __m256 vscale = _mm256_set1_ps(scale);
+  for (int g = 0; g < G; ++g) {
+    const __m256 out = _mm256_mul_ps(acc[g], vscale);
+    if (r == 8) {
+      _mm256_storeu_ps(s + g * s_stride, out);
+    } else {
+      StoreTail(s + g * s_stride, out, r);
+    }
+  }
+}
+
+void ScoresF16T(const uint16_t* k, int64_t ld, int64_t n, const float* q, int64_t n_g, int64_t d,
+                float scale, float* s, int64_t s_stride) {
+  for (int64_t j = 0; j < n; j += 8) {
+    const int64_t r = n - j < 8 ? n - j : 8;
+    int64_t g = 0;
+    for (; g + 8 <= n_g; g += 8) {
+      ScoresStrip<8>(k + j, ld, r, q + g * d, d, scale, s + g * s_stride + j, s_stride);
+    }
+    if (g + 4 <= n_g) {
+      ScoresStrip<4>(k + j, ld, r, q + g * d, d, scale, s + g * s_stride + j, s_stride);
+      g += 4;
+    }
+    if (g + 2 <= n_g) {
+      ScoresStrip<2>(k + j, ld, r, q + g * d, d, scale, s + g * s_stride + j, s_stride);
+      g += 2;
+    }
+    if (g < n_g) ScoresStrip<1>(k + j, ld, r, q + g * d, d, scale, s + g * s_stride + j, s_stride);
+  }
+}
+
 // The same arithmetic as the reference, lane by lane: |x| and max are exact, d and 1/d are the
 // same scalar operations, x * id is one rounding and _mm256_round_ps rounds ties to even as
 // nearbyint does, so the bits agree.
@@ -556,7 +610,7 @@ void DotTile(const TileArgs& a) {
 const LevelKernels& Avx2LevelKernels() {
   static constexpr LevelKernels kLevel = {
       {SimdLevel::kAvx2, &Dot, &Axpy, &Dequantize, &DotF32, &WeightedRows, &ExpSum,
-       &QuantizeAct, &DotAct},
+       &MaxF32, &ScoresF16T, &QuantizeAct, &DotAct},
       &DotTile,
       &DotActTile,
   };

@@ -238,35 +238,54 @@ void Dequantize(DType t, const void* row, float* y, int64_t n) {
 
 float DotF32(const float* a, const float* b, int64_t n) { return DotFloat<F32Src>(a, b, n); }
 
-// Strips of 64 columns of y[g] (a whole head at head_dim 64) stay in 4 registers while every
-// row of v adds into them, so y is loaded and stored once per strip instead of once per row.
-void WeightedRows(const float* p, int64_t p_stride, int64_t n_g, const float* v, int64_t n,
-                  int64_t d, float* y) {
-  for (int64_t g = 0; g < n_g; ++g) {
-    const float* pg = p + g * p_stride;
-    float* yg = y + g * d;
-    int64_t i = 0;
-    for (; i + 64 <= d; i += 64) {
-      __m512 acc[4];
-      for (int k = 0; k < 4; ++k) acc[k] = _mm512_loadu_ps(yg + i + 16 * k);
-      for (int64_t j = 0; j < n; ++j) {
-        const __m512 pj = _mm512_set1_ps(pg[j]);
-        const float* vj = v + j * d + i;
-        for (int k = 0; k < 4; ++k) {
-          acc[k] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vj + 16 * k), acc[k]);
-        }
-      }
-      for (int k = 0; k < 4; ++k) _mm512_storeu_ps(yg + i + 16 * k, acc[k]);
-    }
-    for (; i < d; i += 16) {
-      const __mmask16 m = i + 16 <= d ? static_cast<__mmask16>(0xffff) : TailMask(d - i);
-      __m512 acc = _mm512_maskz_loadu_ps(m, yg + i);
-      for (int64_t j = 0; j < n; ++j) {
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(pg[j]), _mm512_maskz_loadu_ps(m, v + j * d + i), acc);
-      }
-      _mm512_mask_storeu_ps(yg + i, m, acc);
+// G heads' y over C vectors of 16 columns stay in registers while every row of v adds into them:
+// each v vector loaded serves G FMAs, and G * C independent chains cover the FMA latency. With
+// kMasked only the first `m` lanes of the single vector (C == 1) are touched.
+template <int G, int C, bool kMasked>
+void WeightedStrip(const float* p, int64_t p_stride, const float* v, int64_t n, int64_t d,
+                   __mmask16 m, float* y) {
+  __m512 acc[G][C];
+  for (int g = 0; g < G; ++g) {
+    for (int c = 0; c < C; ++c) {
+      acc[g][c] = kMasked ? _mm512_maskz_loadu_ps(m, y + g * d) : _mm512_loadu_ps(y + g * d + 16 * c);
     }
   }
+  for (int64_t j = 0; j < n; ++j) {
+    __m512 vj[C];
+    for (int c = 0; c < C; ++c) {
+      vj[c] = kMasked ? _mm512_maskz_loadu_ps(m, v + j * d) : _mm512_loadu_ps(v + j * d + 16 * c);
+    }
+    for (int g = 0; g < G; ++g) {
+      const __m512 pj = _mm512_set1_ps(p[g * p_stride + j]);
+      for (int c = 0; c < C; ++c) acc[g][c] = _mm512_fmadd_ps(pj, vj[c], acc[g][c]);
+    }
+  }
+  for (int g = 0; g < G; ++g) {
+    for (int c = 0; c < C; ++c) {
+      if (kMasked) {
+        _mm512_mask_storeu_ps(y + g * d, m, acc[g][c]);
+      } else {
+        _mm512_storeu_ps(y + g * d + 16 * c, acc[g][c]);
+      }
+    }
+  }
+}
+
+// Strips of 64 columns, then of 16 (the last one masked), for G heads at a time.
+template <int G>
+void WeightedHeads(const float* p, int64_t p_stride, const float* v, int64_t n, int64_t d,
+                   float* y) {
+  int64_t i = 0;
+  for (; i + 64 <= d; i += 64) WeightedStrip<G, 4, false>(p, p_stride, v + i, n, d, 0, y + i);
+  for (; i + 16 <= d; i += 16) WeightedStrip<G, 1, false>(p, p_stride, v + i, n, d, 0, y + i);
+  if (i < d) WeightedStrip<G, 1, true>(p, p_stride, v + i, n, d, TailMask(d - i), y + i);
+}
+
+void WeightedRows(const float* p, int64_t p_stride, int64_t n_g, const float* v, int64_t n,
+                  int64_t d, float* y) {
+  int64_t g = 0;
+  for (; g + 4 <= n_g; g += 4) WeightedHeads<4>(p + g * p_stride, p_stride, v, n, d, y + g * d);
+  for (; g < n_g; ++g) WeightedHeads<1>(p + g * p_stride, p_stride, v, n, d, y + g * d);
 }
 
 // exp(x) as in kernels_avx2.cc, 16 lanes at a time: 2^k * e^r with k = round(x / ln 2), r =
@@ -302,6 +321,61 @@ float ExpSum(float* x, int64_t n, float shift) {
     sum = _mm512_mask_add_ps(sum, m, sum, e);
   }
   return HSum(sum);
+}
+
+float MaxF32(const float* x, int64_t n) {
+  __m512 m = _mm512_set1_ps(x[0]);
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 k = j + 16 <= n ? static_cast<__mmask16>(0xffff) : TailMask(n - j);
+    m = _mm512_mask_max_ps(m, k, m, _mm512_maskz_loadu_ps(k, x + j));
+  }
+  return _mm512_reduce_max_ps(m);
+}
+
+// G query heads against 16 slots (the lanes; `m` masks a last, shorter strip). Eight heads
+// give eight independent FMA chains, enough to cover the FMA latency.
+template <int G, bool kMasked>
+void ScoresStrip(const uint16_t* k, int64_t ld, __mmask16 m, const float* q, int64_t d,
+                 float scale, float* s, int64_t s_stride) {
+  __m512 acc[G];
+  for (int g = 0; g < G; ++g) acc[g] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < d; ++i) {
+    const __m256i h = kMasked ? _mm256_maskz_loadu_epi16(m, k + i * ld)
+                              : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(k + i * ld));
+    const __m512 kv = _mm512_cvtph_ps(h);
+    for (int g = 0; g < G; ++g) acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(q[g * d + i]), kv, acc[g]);
+  }
+  const __m512 vscale = _mm512_set1_ps(scale);
+  for (int g = 0; g < G; ++g) {
+    _mm512_mask_storeu_ps(s + g * s_stride, m, _mm512_mul_ps(acc[g], vscale));
+  }
+}
+
+template <bool kMasked>
+void ScoresStrips(const uint16_t* k, int64_t ld, __mmask16 m, const float* q, int64_t n_g,
+                  int64_t d, float scale, float* s, int64_t s_stride) {
+  int64_t g = 0;
+  for (; g + 8 <= n_g; g += 8) {
+    ScoresStrip<8, kMasked>(k, ld, m, q + g * d, d, scale, s + g * s_stride, s_stride);
+  }
+  if (g + 4 <= n_g) {
+    ScoresStrip<4, kMasked>(k, ld, m, q + g * d, d, scale, s + g * s_stride, s_stride);
+    g += 4;
+  }
+  if (g + 2 <= n_g) {
+    ScoresStrip<2, kMasked>(k, ld, m, q + g * d, d, scale, s + g * s_stride, s_stride);
+    g += 2;
+  }
+  if (g < n_g) ScoresStrip<1, kMasked>(k, ld, m, q + g * d, d, scale, s + g * s_stride, s_stride);
+}
+
+void ScoresF16T(const uint16_t* k, int64_t ld, int64_t n, const float* q, int64_t n_g, int64_t d,
+                float scale, float* s, int64_t s_stride) {
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    ScoresStrips<false>(k + j, ld, 0xffff, q, n_g, d, scale, s + j, s_stride);
+  }
+  if (j < n) ScoresStrips<true>(k + j, ld, TailMask(n - j), q, n_g, d, scale, s + j, s_stride);
 }
 
 // The same arithmetic as the reference, lane by lane: |x| and max are exact, d and 1/d are the
@@ -542,7 +616,7 @@ void DotTile(const TileArgs& a) {
 const LevelKernels& Avx512LevelKernels() {
   static constexpr LevelKernels kLevel = {
       {SimdLevel::kAvx512, &Dot, &Axpy, &Dequantize, &DotF32, &WeightedRows, &ExpSum,
-       &QuantizeAct, &DotAct},
+       &MaxF32, &ScoresF16T, &QuantizeAct, &DotAct},
       &DotTile,
       &DotActTile,
   };

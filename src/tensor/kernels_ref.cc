@@ -1,5 +1,6 @@
 // Scalar reference kernels: the oracle every SIMD level is tested against, and the fallback on
 // CPUs without AVX2. Written for clarity; each follows the math of kernels.h literally.
+#include <algorithm>
 #include <cmath>
 
 #include "tensor/fp16.h"
@@ -80,6 +81,23 @@ float ExpSum(float* x, int64_t n, float shift) {
   return sum;
 }
 
+float MaxF32(const float* x, int64_t n) {
+  float m = x[0];
+  for (int64_t j = 1; j < n; ++j) m = std::max(m, x[j]);
+  return m;
+}
+
+void ScoresF16T(const uint16_t* k, int64_t ld, int64_t n, const float* q, int64_t n_g, int64_t d,
+                float scale, float* s, int64_t s_stride) {
+  for (int64_t g = 0; g < n_g; ++g) {
+    for (int64_t j = 0; j < n; ++j) {
+      float sum = 0.0f;
+      for (int64_t i = 0; i < d; ++i) sum += q[g * d + i] * F16ToF32(k[i * ld + j]);
+      s[g * s_stride + j] = scale * sum;
+    }
+  }
+}
+
 void QuantizeAct(const float* x, BlockQ8Act* xq, int64_t n) {
   for (int64_t b = 0; b < n / kQK; ++b) {
     const float* xb = x + b * kQK;
@@ -150,7 +168,7 @@ void DotActTile(const ActTileArgs& a) {
 const LevelKernels& ScalarLevelKernels() {
   static constexpr LevelKernels kLevel = {
       {SimdLevel::kScalar, &Dot, &Axpy, &Dequantize, &DotF32, &WeightedRows, &ExpSum,
-       &QuantizeAct, &DotAct},
+       &MaxF32, &ScoresF16T, &QuantizeAct, &DotAct},
       &DotTile,
       &DotActTile,
   };

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tensor/dtype.h"
+#include "tensor/fp16.h"
 #include "tensor/kernels_internal.h"
 #include "tensor/quant.h"
 #include "tensor/thread_pool.h"
@@ -217,6 +218,67 @@ TEST(KernelsTest, WeightedRowsMatchesReference) {
                 << SimdLevelName(ks->level) << " d=" << d << " n=" << n << " n_g=" << n_g;
           }
           EXPECT_EQ(y.back(), 42.0f) << "wrote past y";
+        }
+      }
+    }
+  }
+}
+
+TEST(KernelsTest, MaxF32FindsTheMaxWhereverItIs) {
+  for (const KernelSet* ks : AvailableKernelSets()) {
+    for (int64_t n : {1, 2, 7, 8, 9, 15, 16, 17, 33, 64, 100}) {
+      for (int64_t at = 0; at < n; ++at) {
+        std::vector<float> x = RandomFloats(n + 1, 44);  // all in [-1, 1)
+        x[n] = 100.0f;                                      // past the end: not read
+        x[at] = 2.0f + static_cast<float>(at);
+        ASSERT_EQ(ks->max_f32(x.data(), n), x[at])
+            << SimdLevelName(ks->level) << " n=" << n << " at=" << at;
+      }
+      const std::vector<float> neg(n, -3.0f);
+      EXPECT_EQ(ks->max_f32(neg.data(), n), -3.0f) << SimdLevelName(ks->level);
+    }
+  }
+}
+
+// The reference against a plain double sum: it is the oracle the SIMD versions are held to.
+TEST(KernelsTest, ScoresF16TReferenceIsTheDotOfEachSlot) {
+  constexpr int64_t kD = 5, kLd = 4, kN = 3, kG = 2;
+  const std::vector<float> q = RandomFloats(kG * kD, 40);
+  const std::vector<float> kf = RandomFloats(kD * kLd, 41);
+  std::vector<uint16_t> k(kf.size());
+  for (size_t i = 0; i < k.size(); ++i) k[i] = F32ToF16(kf[i]);
+  std::vector<float> s(kG * kN);
+  ReferenceKernels().scores_f16t(k.data(), kLd, kN, q.data(), kG, kD, 0.5f, s.data(), kN);
+  for (int64_t g = 0; g < kG; ++g) {
+    for (int64_t j = 0; j < kN; ++j) {
+      double want = 0;
+      for (int64_t i = 0; i < kD; ++i) want += double{q[g * kD + i]} * F16ToF32(k[i * kLd + j]);
+      EXPECT_NEAR(s[g * kN + j], 0.5 * want, 1e-6);
+    }
+  }
+}
+
+// Every level on awkward sizes: slots around the 8 and 16 lanes, head counts that leave every
+// remainder of 8, 4 and 2, and rows of s longer than n (only n are written).
+TEST(KernelsTest, ScoresF16TMatchesReference) {
+  const KernelSet& ref = ReferenceKernels();
+  for (const KernelSet* ks : AvailableKernelSets()) {
+    for (int64_t d : {1, 3, 32, 64, 100}) {
+      for (int64_t n : {0, 1, 7, 8, 9, 15, 16, 17, 31, 40}) {
+        for (int64_t n_g : {1, 2, 3, 4, 5, 7, 8, 9, 15}) {
+          const int64_t ld = n + 5, s_stride = n + 2;
+          const std::vector<float> q = RandomFloats(n_g * d, 42);
+          const std::vector<float> kf = RandomFloats(d * ld, 43);
+          std::vector<uint16_t> k(kf.size());
+          for (size_t i = 0; i < k.size(); ++i) k[i] = F32ToF16(kf[i]);
+          std::vector<float> got(n_g * s_stride, 42.0f), want(n_g * s_stride, 42.0f);
+          ks->scores_f16t(k.data(), ld, n, q.data(), n_g, d, 0.125f, got.data(), s_stride);
+          ref.scores_f16t(k.data(), ld, n, q.data(), n_g, d, 0.125f, want.data(), s_stride);
+          for (int64_t i = 0; i < n_g * s_stride; ++i) {
+            ASSERT_NEAR(got[i], want[i], 1e-6 * (1 + d))
+                << SimdLevelName(ks->level) << " d=" << d << " n=" << n << " n_g=" << n_g
+                << " i=" << i;
+          }
         }
       }
     }
