@@ -124,6 +124,18 @@ void AddValues(const AttentionArgs& a, const uint8_t* block, int32_t slot0, int3
   kern.weighted_rows(p, stride, a.n_group, s.rows, n, d, out);
 }
 
+// Asks for the attended head's K and V in `block` ahead of use. A head's part of a block is
+// a few KiB at a stride of a whole block (all layers and heads), a pattern the hardware
+// prefetchers do not follow from block to block.
+void PrefetchBlock(const AttentionArgs& a, const uint8_t* block) {
+  const KVLayout& lay = a.kv->layout();
+  const uint8_t* k = block + lay.KHeadOffset(a.layer, a.kv_head);
+  const uint8_t* v = block + lay.VRowOffset(a.layer, a.kv_head, 0);
+  const size_t v_bytes = lay.v_row_bytes() * static_cast<size_t>(lay.block_size());
+  for (size_t off = 0; off < lay.k_head_bytes(); off += 64) __builtin_prefetch(k + off);
+  for (size_t off = 0; off < v_bytes; off += 64) __builtin_prefetch(v + off);
+}
+
 // Attends the spans' slots in [lo, hi), leaving acc, run_max and run_sum unnormalised.
 void AttendRange(const AttentionArgs& a, int32_t lo, int32_t hi, float* acc_out, float* run_max,
                  float* run_sum, float* scratch) {
@@ -152,6 +164,7 @@ void AttendRange(const AttentionArgs& a, int32_t lo, int32_t hi, float* acc_out,
     // Visit the span chunk by chunk, each chunk block by block: slots [idx, idx + n) of a
     // piece lie in one block.
     const int32_t cap = ChunkSlots(bs);
+    const int32_t ahead = cap / bs;
     for (int32_t chunk0 = begin; chunk0 < end;) {
       int32_t len = 0;
       for (int32_t idx = chunk0; idx < end;) {
@@ -159,6 +172,11 @@ void AttendRange(const AttentionArgs& a, int32_t lo, int32_t hi, float* acc_out,
         const int32_t n = std::min(bs - slot0, end - idx);
         if (len + n > cap) break;
         KBlock kb{a.kv->BlockData(table.blocks[idx / bs]), nullptr};
+        // One chunk ahead: at 16 slots a block, 4 blocks (2 KiB of K and of V each) are in
+        // flight while this one is read.
+        if ((idx / bs + ahead) * bs < end) {
+          PrefetchBlock(a, a.kv->BlockData(table.blocks[idx / bs + ahead]));
+        }
         if (idx / bs == staged.block_idx) {
           kb.rows = staged.rows + int64_t{a.kv_head} * bs * d;
         }
