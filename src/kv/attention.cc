@@ -70,8 +70,13 @@ void KScores(const AttentionArgs& a, const KBlock& kb, int32_t slot0, int32_t n,
   const KVFormat f = lay.k_format();
   const int32_t d = lay.shape().head_dim;
   if (kb.rows == nullptr && f.dimension_major(KVRole::kK)) {
-    const auto* dims = reinterpret_cast<const uint16_t*>(kb.data + lay.KHeadOffset(a.layer, a.kv_head));
-    kern.scores_f16t(dims + slot0, lay.block_size(), n, q, a.n_group, d, a.scale, scores, stride);
+    const uint8_t* head = kb.data + lay.KHeadOffset(a.layer, a.kv_head);
+    if (f.row_type() == DType::kF16) {
+      kern.scores_f16t(reinterpret_cast<const uint16_t*>(head) + slot0, lay.block_size(), n, q,
+                       a.n_group, d, a.scale, scores, stride);
+    } else {
+      kern.scores_q8t(head, lay.block_size(), slot0, n, q, a.n_group, d, a.scale, scores, stride);
+    }
     return;
   }
   const float* queries = q;

@@ -31,8 +31,8 @@
 
 namespace kvllm {
 
-// 2: an f16 K is stored dimension-major (KVFormat::dimension_major); version 1 blocks held it
-// row by row.
+// 2: an f16 or Q8_0 K is stored dimension-major (KVFormat::dimension_major); version 1 blocks
+// held it row by row.
 inline constexpr uint32_t kBlockFormatVersion = 2;
 inline constexpr int32_t kMaxBlockSize = 4096;
 inline constexpr uint32_t kMaxFormatName = 64;

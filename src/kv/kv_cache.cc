@@ -25,6 +25,45 @@ HugePageBuffer AllocatePool(size_t bytes) {
 
 int32_t CeilDiv(int32_t a, int32_t b) { return (a + b - 1) / b; }
 
+// One token's K row into a head's dimension-major part of a block of bs slots (an f16 K:
+// [d][bs]; a Q8_0 K: Q8DimsLayout), at `slot`.
+void WriteDimensionMajor(KVFormat f, const float* row, int32_t d, int32_t bs, int32_t slot,
+                         uint8_t* head) {
+  if (f.row_type() == DType::kF16) {
+    auto* dims = reinterpret_cast<uint16_t*>(head) + slot;
+    for (int32_t i = 0; i < d; ++i) dims[int64_t{i} * bs] = F32ToF16(row[i]);
+    return;
+  }
+  const Q8DimsLayout lay{bs};
+  for (int32_t b = 0; b < d / kQK; ++b) {
+    BlockQ8_0 group;
+    QuantizeRow(DType::kQ8_0, row + int64_t{b} * kQK, &group, kQK);
+    std::memcpy(head + lay.ScaleOffset(b, slot), &group.d, sizeof group.d);
+    for (int32_t i = 0; i < kQK; ++i) {
+      head[lay.CodeOffset(b, i, slot)] = static_cast<uint8_t>(group.qs[i]);
+    }
+  }
+}
+
+// The inverse: `slot`'s K row as floats, as DequantizeRow gives it from a row.
+void ReadDimensionMajor(KVFormat f, const uint8_t* head, int32_t d, int32_t bs, int32_t slot,
+                        float* out) {
+  if (f.row_type() == DType::kF16) {
+    const auto* dims = reinterpret_cast<const uint16_t*>(head) + slot;
+    for (int32_t i = 0; i < d; ++i) out[i] = F16ToF32(dims[int64_t{i} * bs]);
+    return;
+  }
+  const Q8DimsLayout lay{bs};
+  for (int32_t b = 0; b < d / kQK; ++b) {
+    uint16_t dh;
+    std::memcpy(&dh, head + lay.ScaleOffset(b, slot), sizeof dh);
+    const float scale = F16ToF32(dh);
+    for (int32_t i = 0; i < kQK; ++i) {
+      out[b * kQK + i] = scale * static_cast<int8_t>(head[lay.CodeOffset(b, i, slot)]);
+    }
+  }
+}
+
 }  // namespace
 
 KVCache::KVCache(KVLayout layout, int32_t num_blocks, KVWindow window)
@@ -272,8 +311,8 @@ void KVCache::WriteK(SeqId seq, int32_t layer, int32_t pos, const float* k) {
   uint8_t* block = Block(s.table, pos);
   if (f.dimension_major(KVRole::kK)) {
     for (int32_t h = 0; h < n_head; ++h) {
-      auto* dims = reinterpret_cast<uint16_t*>(block + layout_.KHeadOffset(layer, h)) + slot;
-      for (int32_t i = 0; i < d; ++i) dims[int64_t{i} * bs] = F32ToF16(k[int64_t{h} * d + i]);
+      WriteDimensionMajor(f, k + int64_t{h} * d, d, bs, slot,
+                          block + layout_.KHeadOffset(layer, h));
     }
     return;
   }
@@ -344,9 +383,7 @@ void KVCache::ReadK(SeqId seq, int32_t layer, int32_t head, int32_t idx, float* 
     return;
   }
   if (f.dimension_major(KVRole::kK)) {
-    const auto* dims =
-        reinterpret_cast<const uint16_t*>(block + layout_.KHeadOffset(layer, head)) + idx % bs;
-    for (int32_t i = 0; i < d; ++i) out[i] = F16ToF32(dims[int64_t{i} * bs]);
+    ReadDimensionMajor(f, block + layout_.KHeadOffset(layer, head), d, bs, idx % bs, out);
     return;
   }
   DequantizeRow(f.row_type(), block + layout_.KRowOffset(layer, head, idx % bs), out, d);

@@ -4,7 +4,7 @@
 //   f32     row         a token's head_dim vector as a row of that DType (tensor/dtype.h)
 //   f16     row         (as K: dimension-major within a block, see dimension_major())
 //   bf16    row
-//   q8_0    row         groups of 32 with an f16 scale (GGUF's Q8_0)
+//   q8_0    row         groups of 32 with an f16 scale (GGUF's Q8_0; as K: dimension-major)
 //   q4_0    row         groups of 32 with an f16 scale (GGUF's Q4_0)
 //   q4_0r   row, K only q4_0 of the K row after a fixed random-sign Walsh-Hadamard rotation
 //                       (QuaRot); the query is rotated the same way before the dot, so q·k
@@ -46,11 +46,13 @@ class KVFormat {
   bool rotated() const { return rotated_; }
   // The DType of a row format's rows (meaningless for KIVI formats).
   DType row_type() const { return type_; }
-  // An f16 K is stored dimension-major within each block: [head_dim][block_size] per layer and
-  // head, a token's values block_size apart. Attention then takes one dimension of many
-  // tokens per vector and its scores need no horizontal sums (Kernels().scores_f16t).
+  // An f16 or Q8_0 K is stored dimension-major within each block: per layer and head, f16
+  // [head_dim][block_size], Q8_0 as Q8DimsLayout (tensor/quant.h); a token's values are
+  // block_size apart. Attention then takes one dimension of many tokens per vector and its
+  // scores need no horizontal sums (Kernels().scores_f16t, scores_q8t).
   bool dimension_major(KVRole role) const {
-    return role == KVRole::kK && type_ == DType::kF16 && bits_ == 0;
+    return role == KVRole::kK && bits_ == 0 && !rotated_ &&
+           (type_ == DType::kF16 || type_ == DType::kQ8_0);
   }
   // K waits in f16 until its block is full (KIVI's per-channel quantization).
   bool staged(KVRole role) const { return role == KVRole::kK && is_kivi(); }

@@ -18,7 +18,7 @@
 
 namespace kvllm {
 
-// 2: blocks hold an f16 K dimension-major (see kBlockFormatVersion).
+// 2: blocks hold an f16 or Q8_0 K dimension-major (see kBlockFormatVersion).
 inline constexpr uint32_t kSessionFormatVersion = 2;
 
 struct SessionData {

@@ -375,6 +375,69 @@ void ScoresF16T(const uint16_t* k, int64_t ld, int64_t n, const float* q, int64_
   }
 }
 
+// G query heads against 8 slots of a Q8_0 K stored dimension-major (a last strip of r < 8
+// slots goes through zeroed copies): per group of 32 dimensions a partial sum of q * code, then
+// times the slots' scales.
+template <int G>
+void ScoresQ8Strip(const uint8_t* k, const Q8DimsLayout& lay, int64_t j, int64_t r,
+                   const float* q, int64_t d, float scale, float* s, int64_t s_stride) {
+  __m256 acc[G];
+  for (int g = 0; g < G; ++g) acc[g] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < d / kQK; ++b) {
+    __m256 part[G];
+    for (int g = 0; g < G; ++g) part[g] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < kQK; ++i) {
+      const uint8_t* c = k + lay.CodeOffset(b, i, j);
+      __m128i codes;
+      if (r == 8) {
+        codes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(c));
+      } else {
+        int64_t bytes = 0;
+        std::memcpy(&bytes, c, static_cast<size_t>(r));
+        codes = _mm_cvtsi64_si128(bytes);
+      }
+      const __m256 kv = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(codes));
+      const float* qi = q + b * kQK + i;
+      for (int g = 0; g < G; ++g) part[g] = _mm256_fmadd_ps(_mm256_set1_ps(qi[g * d]), kv, part[g]);
+    }
+    const auto* sc = reinterpret_cast<const uint16_t*>(k + lay.ScaleOffset(b, j));
+    const __m256 scales = r == 8 ? F16Src::Load(sc) : LoadTail<F16Src>(sc, r);
+    for (int g = 0; g < G; ++g) acc[g] = _mm256_fmadd_ps(part[g], scales, acc[g]);
+  }
+  const __m256 vscale = _mm256_set1_ps(scale);
+  for (int g = 0; g < G; ++g) {
+    const __m256 out = _mm256_mul_ps(acc[g], vscale);
+    if (r == 8) {
+      _mm256_storeu_ps(s + g * s_stride, out);
+    } else {
+      StoreTail(s + g * s_stride, out, r);
+    }
+  }
+}
+
+void ScoresQ8T(const uint8_t* k, int64_t ld, int64_t first, int64_t n, const float* q,
+               int64_t n_g, int64_t d, float scale, float* s, int64_t s_stride) {
+  const Q8DimsLayout lay{ld};
+  for (int64_t j = 0; j < n; j += 8) {
+    const int64_t r = n - j < 8 ? n - j : 8;
+    const int64_t slot = first + j;
+    float* sj = s + j;
+    int64_t g = 0;
+    for (; g + 8 <= n_g; g += 8) {
+      ScoresQ8Strip<8>(k, lay, slot, r, q + g * d, d, scale, sj + g * s_stride, s_stride);
+    }
+    if (g + 4 <= n_g) {
+      ScoresQ8Strip<4>(k, lay, slot, r, q + g * d, d, scale, sj + g * s_stride, s_stride);
+      g += 4;
+    }
+    if (g + 2 <= n_g) {
+      ScoresQ8Strip<2>(k, lay, slot, r, q + g * d, d, scale, sj + g * s_stride, s_stride);
+      g += 2;
+    }
+    if (g < n_g) ScoresQ8Strip<1>(k, lay, slot, r, q + g * d, d, scale, sj + g * s_stride, s_stride);
+  }
+}
+
 // The same arithmetic as the reference, lane by lane: |x| and max are exact, d and 1/d are the
 // same scalar operations, x * id is one rounding and _mm256_round_ps rounds ties to even as
 // nearbyint does, so the bits agree.
@@ -610,7 +673,7 @@ void DotTile(const TileArgs& a) {
 const LevelKernels& Avx2LevelKernels() {
   static constexpr LevelKernels kLevel = {
       {SimdLevel::kAvx2, &Dot, &Axpy, &Dequantize, &DotF32, &WeightedRows, &ExpSum,
-       &MaxF32, &ScoresF16T, &QuantizeAct, &DotAct},
+       &MaxF32, &ScoresF16T, &ScoresQ8T, &QuantizeAct, &DotAct},
       &DotTile,
       &DotActTile,
   };

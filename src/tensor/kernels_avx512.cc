@@ -378,6 +378,69 @@ void ScoresF16T(const uint16_t* k, int64_t ld, int64_t n, const float* q, int64_
   if (j < n) ScoresStrips<true>(k + j, ld, TailMask(n - j), q, n_g, d, scale, s + j, s_stride);
 }
 
+// G query heads against 16 slots of a Q8_0 K stored dimension-major: per group of 32
+// dimensions a partial sum of q * code, then times the slots' scales.
+template <int G, bool kMasked>
+void ScoresQ8Strip(const uint8_t* k, const Q8DimsLayout& lay, int64_t j, __mmask16 m,
+                   const float* q, int64_t d, float scale, float* s, int64_t s_stride) {
+  __m512 acc[G];
+  for (int g = 0; g < G; ++g) acc[g] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < d / kQK; ++b) {
+    __m512 part[G];
+    for (int g = 0; g < G; ++g) part[g] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < kQK; ++i) {
+      const uint8_t* c = k + lay.CodeOffset(b, i, j);
+      const __m128i codes = kMasked ? _mm_maskz_loadu_epi8(m, c)
+                                    : _mm_loadu_si128(reinterpret_cast<const __m128i*>(c));
+      const __m512 kv = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(codes));
+      const float* qi = q + b * kQK + i;
+      for (int g = 0; g < G; ++g) part[g] = _mm512_fmadd_ps(_mm512_set1_ps(qi[g * d]), kv, part[g]);
+    }
+    const uint8_t* sc = k + lay.ScaleOffset(b, j);
+    const __m256i h = kMasked ? _mm256_maskz_loadu_epi16(m, sc)
+                              : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc));
+    const __m512 scales = _mm512_cvtph_ps(h);
+    for (int g = 0; g < G; ++g) acc[g] = _mm512_fmadd_ps(part[g], scales, acc[g]);
+  }
+  const __m512 vscale = _mm512_set1_ps(scale);
+  for (int g = 0; g < G; ++g) {
+    _mm512_mask_storeu_ps(s + g * s_stride, m, _mm512_mul_ps(acc[g], vscale));
+  }
+}
+
+template <bool kMasked>
+void ScoresQ8Strips(const uint8_t* k, const Q8DimsLayout& lay, int64_t j, __mmask16 m,
+                    const float* q, int64_t n_g, int64_t d, float scale, float* s,
+                    int64_t s_stride) {
+  int64_t g = 0;
+  for (; g + 8 <= n_g; g += 8) {
+    ScoresQ8Strip<8, kMasked>(k, lay, j, m, q + g * d, d, scale, s + g * s_stride, s_stride);
+  }
+  if (g + 4 <= n_g) {
+    ScoresQ8Strip<4, kMasked>(k, lay, j, m, q + g * d, d, scale, s + g * s_stride, s_stride);
+    g += 4;
+  }
+  if (g + 2 <= n_g) {
+    ScoresQ8Strip<2, kMasked>(k, lay, j, m, q + g * d, d, scale, s + g * s_stride, s_stride);
+    g += 2;
+  }
+  if (g < n_g) {
+    ScoresQ8Strip<1, kMasked>(k, lay, j, m, q + g * d, d, scale, s + g * s_stride, s_stride);
+  }
+}
+
+void ScoresQ8T(const uint8_t* k, int64_t ld, int64_t first, int64_t n, const float* q,
+               int64_t n_g, int64_t d, float scale, float* s, int64_t s_stride) {
+  const Q8DimsLayout lay{ld};
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    ScoresQ8Strips<false>(k, lay, first + j, 0xffff, q, n_g, d, scale, s + j, s_stride);
+  }
+  if (j < n) {
+    ScoresQ8Strips<true>(k, lay, first + j, TailMask(n - j), q, n_g, d, scale, s + j, s_stride);
+  }
+}
+
 // The same arithmetic as the reference, lane by lane: |x| and max are exact, d and 1/d are the
 // same scalar operations, x * id is one rounding and roundscale rounds ties to even as
 // nearbyint does, so the bits agree.
@@ -616,7 +679,7 @@ void DotTile(const TileArgs& a) {
 const LevelKernels& Avx512LevelKernels() {
   static constexpr LevelKernels kLevel = {
       {SimdLevel::kAvx512, &Dot, &Axpy, &Dequantize, &DotF32, &WeightedRows, &ExpSum,
-       &MaxF32, &ScoresF16T, &QuantizeAct, &DotAct},
+       &MaxF32, &ScoresF16T, &ScoresQ8T, &QuantizeAct, &DotAct},
       &DotTile,
       &DotActTile,
   };

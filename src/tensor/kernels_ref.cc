@@ -2,6 +2,7 @@
 // CPUs without AVX2. Written for clarity; each follows the math of kernels.h literally.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "tensor/fp16.h"
 #include "tensor/kernels_internal.h"
@@ -79,6 +80,27 @@ float ExpSum(float* x, int64_t n, float shift) {
   float sum = 0.0f;
   for (int64_t j = 0; j < n; ++j) sum += (x[j] = std::exp(x[j] - shift));
   return sum;
+}
+
+void ScoresQ8T(const uint8_t* k, int64_t ld, int64_t first, int64_t n, const float* q,
+               int64_t n_g, int64_t d, float scale, float* s, int64_t s_stride) {
+  const Q8DimsLayout lay{ld};
+  for (int64_t g = 0; g < n_g; ++g) {
+    for (int64_t j = first; j < first + n; ++j) {
+      float sum = 0.0f;
+      for (int64_t b = 0; b < d / kQK; ++b) {
+        uint16_t dh;
+        std::memcpy(&dh, k + lay.ScaleOffset(b, j), sizeof dh);
+        float part = 0.0f;
+        for (int64_t i = 0; i < kQK; ++i) {
+          const auto code = static_cast<int8_t>(k[lay.CodeOffset(b, i, j)]);
+          part += q[g * d + b * kQK + i] * static_cast<float>(code);
+        }
+        sum += F16ToF32(dh) * part;
+      }
+      s[g * s_stride + j - first] = scale * sum;
+    }
+  }
 }
 
 float MaxF32(const float* x, int64_t n) {
@@ -168,7 +190,7 @@ void DotActTile(const ActTileArgs& a) {
 const LevelKernels& ScalarLevelKernels() {
   static constexpr LevelKernels kLevel = {
       {SimdLevel::kScalar, &Dot, &Axpy, &Dequantize, &DotF32, &WeightedRows, &ExpSum,
-       &MaxF32, &ScoresF16T, &QuantizeAct, &DotAct},
+       &MaxF32, &ScoresF16T, &ScoresQ8T, &QuantizeAct, &DotAct},
       &DotTile,
       &DotActTile,
   };

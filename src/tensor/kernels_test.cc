@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -276,6 +277,71 @@ TEST(KernelsTest, ScoresF16TMatchesReference) {
           ref.scores_f16t(k.data(), ld, n, q.data(), n_g, d, 0.125f, want.data(), s_stride);
           for (int64_t i = 0; i < n_g * s_stride; ++i) {
             ASSERT_NEAR(got[i], want[i], 1e-6 * (1 + d))
+                << SimdLevelName(ks->level) << " d=" << d << " n=" << n << " n_g=" << n_g
+                << " i=" << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Q8_0 rows of random values, stored dimension-major (Q8DimsLayout) with ld slots.
+std::vector<uint8_t> Q8Dims(int64_t d, int64_t ld, uint32_t seed) {
+  const Q8DimsLayout lay{ld};
+  std::vector<uint8_t> out(static_cast<size_t>(d / kQK * lay.GroupBytes()));
+  std::vector<BlockQ8_0> row(d / kQK);
+  for (int64_t j = 0; j < ld; ++j) {
+    const std::vector<float> x = RandomFloats(d, seed + static_cast<uint32_t>(j));
+    QuantizeRow(DType::kQ8_0, x.data(), row.data(), d);
+    for (int64_t b = 0; b < d / kQK; ++b) {
+      std::memcpy(&out[lay.ScaleOffset(b, j)], &row[b].d, 2);
+      for (int64_t i = 0; i < kQK; ++i) {
+        out[lay.CodeOffset(b, i, j)] = static_cast<uint8_t>(row[b].qs[i]);
+      }
+    }
+  }
+  return out;
+}
+
+// The reference equals the dot of q with each slot's dequantized Q8_0 row.
+TEST(KernelsTest, ScoresQ8TReferenceIsTheDotOfEachDequantizedSlot) {
+  constexpr int64_t kD = 64, kLd = 5, kFirst = 1, kN = 3, kG = 2;
+  const std::vector<float> q = RandomFloats(kG * kD, 45);
+  const std::vector<uint8_t> k = Q8Dims(kD, kLd, 46);
+  const Q8DimsLayout lay{kLd};
+  std::vector<float> s(kG * kN);
+  ReferenceKernels().scores_q8t(k.data(), kLd, kFirst, kN, q.data(), kG, kD, 0.5f, s.data(), kN);
+  for (int64_t g = 0; g < kG; ++g) {
+    for (int64_t j = 0; j < kN; ++j) {
+      double want = 0;
+      for (int64_t b = 0; b < kD / kQK; ++b) {
+        uint16_t dh;
+        std::memcpy(&dh, &k[lay.ScaleOffset(b, kFirst + j)], 2);
+        for (int64_t i = 0; i < kQK; ++i) {
+          const auto code = static_cast<int8_t>(k[lay.CodeOffset(b, i, kFirst + j)]);
+          want += double{q[g * kD + b * kQK + i]} * F16ToF32(dh) * code;
+        }
+      }
+      EXPECT_NEAR(s[g * kN + j], 0.5 * want, 1e-4);
+    }
+  }
+}
+
+TEST(KernelsTest, ScoresQ8TMatchesReference) {
+  const KernelSet& ref = ReferenceKernels();
+  for (const KernelSet* ks : AvailableKernelSets()) {
+    for (int64_t d : {32, 64, 96}) {
+      for (int64_t n : {0, 1, 7, 8, 9, 15, 16, 17, 31, 40}) {
+        for (int64_t n_g : {1, 2, 3, 5, 7, 8, 9, 15}) {
+          const int64_t first = 3, ld = first + n + 2, s_stride = n + 2;
+          const std::vector<float> q = RandomFloats(n_g * d, 47);
+          const std::vector<uint8_t> k = Q8Dims(d, ld, 48);
+          std::vector<float> got(n_g * s_stride, 42.0f), want(n_g * s_stride, 42.0f);
+          ks->scores_q8t(k.data(), ld, first, n, q.data(), n_g, d, 0.125f, got.data(), s_stride);
+          ref.scores_q8t(k.data(), ld, first, n, q.data(), n_g, d, 0.125f, want.data(), s_stride);
+          for (int64_t i = 0; i < n_g * s_stride; ++i) {
+            ASSERT_NEAR(got[i], want[i], 1e-5 * (1 + std::abs(want[i])))
                 << SimdLevelName(ks->level) << " d=" << d << " n=" << n << " n_g=" << n_g
                 << " i=" << i;
           }

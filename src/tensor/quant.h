@@ -15,6 +15,20 @@ struct BlockQ8_0 {
 };
 static_assert(sizeof(BlockQ8_0) == 34);
 
+// Q8_0 rows of `slots` tokens stored dimension-major (the KV cache's Q8_0 K): for each group of
+// kQK dimensions, `slots` f16 scales, then kQK rows of `slots` int8 codes. The same bytes as
+// `slots` Q8_0 rows, laid out so that a vector holds one dimension of many tokens.
+struct Q8DimsLayout {
+  int64_t slots;
+  int64_t GroupBytes() const { return slots * static_cast<int64_t>(sizeof(BlockQ8_0)); }
+  int64_t ScaleOffset(int64_t group, int64_t slot) const {
+    return group * GroupBytes() + slot * 2;
+  }
+  int64_t CodeOffset(int64_t group, int64_t i, int64_t slot) const {
+    return group * GroupBytes() + 2 * slots + i * slots + slot;
+  }
+};
+
 // Q4_0: x[j] = d * ((qs[j] & 0xF) - 8), x[j + 16] = d * ((qs[j] >> 4) - 8), j < 16.
 struct BlockQ4_0 {
   uint16_t d;  // f16 scale
