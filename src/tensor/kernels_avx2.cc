@@ -434,7 +434,9 @@ void ScoresQ8T(const uint8_t* k, int64_t ld, int64_t first, int64_t n, const flo
       ScoresQ8Strip<2>(k, lay, slot, r, q + g * d, d, scale, sj + g * s_stride, s_stride);
       g += 2;
     }
-    if (g < n_g) ScoresQ8Strip<1>(k, lay, slot, r, q + g * d, d, scale, sj + g * s_stride, s_stride);
+    if (g < n_g) {
+      ScoresQ8Strip<1>(k, lay, slot, r, q + g * d, d, scale, sj + g * s_stride, s_stride);
+    }
   }
 }
 

@@ -247,7 +247,8 @@ void WeightedStrip(const float* p, int64_t p_stride, const float* v, int64_t n, 
   __m512 acc[G][C];
   for (int g = 0; g < G; ++g) {
     for (int c = 0; c < C; ++c) {
-      acc[g][c] = kMasked ? _mm512_maskz_loadu_ps(m, y + g * d) : _mm512_loadu_ps(y + g * d + 16 * c);
+      acc[g][c] =
+          kMasked ? _mm512_maskz_loadu_ps(m, y + g * d) : _mm512_loadu_ps(y + g * d + 16 * c);
     }
   }
   for (int64_t j = 0; j < n; ++j) {
