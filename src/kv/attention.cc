@@ -59,10 +59,10 @@ struct KBlock {
   const uint16_t* rows;   // [block_size][head_dim] f16 when the block is staged, else nullptr
 };
 
-// scores[g * stride + j] = scale · q_g · k_{slot0 + j} for j < n. A dimension-major f16 K
-// meets the whole group in one kernel. Other K blocks are turned into float rows once (s.rows)
-// and multiplied with the group in one small matrix product, so each row is converted once,
-// not once per query head.
+// scores[g * stride + j] = scale · q_g · k_{slot0 + j} for j < n. A dimension-major K (f16,
+// q8_0) meets the whole group in one kernel. Other K blocks are turned into float rows once
+// (s.rows) and multiplied with the group in one small matrix product, so each row is
+// converted once, not once per query head.
 void KScores(const AttentionArgs& a, const KBlock& kb, int32_t slot0, int32_t n, const float* q,
              Scratch& s, float* scores, int32_t stride) {
   const KernelSet& kern = Kernels();

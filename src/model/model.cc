@@ -221,13 +221,22 @@ void Model::Attention(const ForwardBatch& batch, KVCache& kv, ThreadPool& pool, 
   const int64_t scratch_floats = AttentionScratchFloats(kv.layout(), n_group);
   const int32_t n_parts = AttentionParts(batch, rows, n_rows, pool.size());
   if (n_parts == 1) {
-    // One task per (token, kv head): it reads that head's K/V once for its query-head group.
-    pool.ParallelFor(n_heads, [&](int64_t task, int thread) {
-      const int32_t t = rows[task / c.n_kv_head];
-      const int32_t h = static_cast<int32_t>(task % c.n_kv_head);
+    // A task is one token's consecutive KV heads, each read once for its query-head group.
+    // A block holds a layer's heads one after another, so one thread reading them in order
+    // makes one stream that the hardware prefetcher runs ahead of; heads spread over threads
+    // one by one leave each thread's stream full of gaps. A token's heads are cut into as
+    // many runs as it takes to give every thread a task.
+    const int32_t runs = static_cast<int32_t>(std::clamp<int64_t>(
+        (pool.size() + n_rows - 1) / n_rows, 1, c.n_kv_head));
+    const int32_t run_heads = (c.n_kv_head + runs - 1) / runs;
+    pool.ParallelFor(int64_t{n_rows} * runs, [&](int64_t task, int thread) {
+      const int32_t t = rows[task / runs];
+      const int32_t h0 = static_cast<int32_t>(task % runs) * run_heads;
       float* scratch = &att_scratch_[thread * att_scratch_stride_];
-      AttendGroup(make_args(t, h, scratch + scratch_floats),
-                  &attn_[t * qd + int64_t{h} * n_group * c.head_dim], scratch);
+      for (int32_t h = h0; h < std::min(h0 + run_heads, c.n_kv_head); ++h) {
+        AttendGroup(make_args(t, h, scratch + scratch_floats),
+                    &attn_[t * qd + int64_t{h} * n_group * c.head_dim], scratch);
+      }
     });
     return;
   }

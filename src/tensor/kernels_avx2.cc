@@ -242,42 +242,64 @@ void Dequantize(DType t, const void* row, float* y, int64_t n) {
 
 float DotF32(const float* a, const float* b, int64_t n) { return DotFloat<F32Src>(a, b, n); }
 
-// Strips of 32 columns of y[g] stay in 4 registers while every row of v adds into them, so y
-// is loaded and stored once per strip instead of once per row.
-void WeightedRows(const float* p, int64_t p_stride, int64_t n_g, const float* v, int64_t n,
-                  int64_t d, float* y) {
-  for (int64_t g = 0; g < n_g; ++g) {
-    const float* pg = p + g * p_stride;
-    float* yg = y + g * d;
-    int64_t i = 0;
-    for (; i + 32 <= d; i += 32) {
-      __m256 acc[4];
-      for (int k = 0; k < 4; ++k) acc[k] = _mm256_loadu_ps(yg + i + 8 * k);
-      for (int64_t j = 0; j < n; ++j) {
-        const __m256 pj = _mm256_set1_ps(pg[j]);
-        const float* vj = v + j * d + i;
-        for (int k = 0; k < 4; ++k) {
-          acc[k] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + 8 * k), acc[k]);
-        }
-      }
-      for (int k = 0; k < 4; ++k) _mm256_storeu_ps(yg + i + 8 * k, acc[k]);
-    }
-    for (; i + 8 <= d; i += 8) {
-      __m256 acc = _mm256_loadu_ps(yg + i);
-      for (int64_t j = 0; j < n; ++j) {
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(pg[j]), _mm256_loadu_ps(v + j * d + i), acc);
-      }
-      _mm256_storeu_ps(yg + i, acc);
-    }
-    if (i < d) {
-      const int64_t r = d - i;
-      __m256 acc = LoadTail<F32Src>(yg + i, r);
-      for (int64_t j = 0; j < n; ++j) {
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(pg[j]), LoadTail<F32Src>(v + j * d + i, r), acc);
-      }
-      StoreTail(yg + i, acc, r);
+// G heads' y over 4 vectors of 8 columns stay in registers while every row of v adds into
+// them: each v vector loaded serves G FMAs, and 4 * G independent chains cover the FMA latency.
+template <int G>
+void WeightedStrip(const float* p, int64_t p_stride, const float* v, int64_t n, int64_t d,
+                   float* y) {
+  __m256 acc[G][4];
+  for (int g = 0; g < G; ++g) {
+    for (int c = 0; c < 4; ++c) acc[g][c] = _mm256_loadu_ps(y + g * d + 8 * c);
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    __m256 vj[4];
+    for (int c = 0; c < 4; ++c) vj[c] = _mm256_loadu_ps(v + j * d + 8 * c);
+    for (int g = 0; g < G; ++g) {
+      const __m256 pj = _mm256_set1_ps(p[g * p_stride + j]);
+      for (int c = 0; c < 4; ++c) acc[g][c] = _mm256_fmadd_ps(pj, vj[c], acc[g][c]);
     }
   }
+  for (int g = 0; g < G; ++g) {
+    for (int c = 0; c < 4; ++c) _mm256_storeu_ps(y + g * d + 8 * c, acc[g][c]);
+  }
+}
+
+// Columns of one head past the 32-column strips: 8 at a time, then the tail.
+void WeightedColumns(const float* pg, const float* v, int64_t n, int64_t d, int64_t i,
+                     float* yg) {
+  for (; i + 8 <= d; i += 8) {
+    __m256 acc = _mm256_loadu_ps(yg + i);
+    for (int64_t j = 0; j < n; ++j) {
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(pg[j]), _mm256_loadu_ps(v + j * d + i), acc);
+    }
+    _mm256_storeu_ps(yg + i, acc);
+  }
+  if (i < d) {
+    const int64_t r = d - i;
+    __m256 acc = LoadTail<F32Src>(yg + i, r);
+    for (int64_t j = 0; j < n; ++j) {
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(pg[j]), LoadTail<F32Src>(v + j * d + i, r), acc);
+    }
+    StoreTail(yg + i, acc, r);
+  }
+}
+
+// Pairs of heads through strips of 32 columns (8 chains), a last odd head alone.
+void WeightedRows(const float* p, int64_t p_stride, int64_t n_g, const float* v, int64_t n,
+                  int64_t d, float* y) {
+  const int64_t strips = d / 32 * 32;
+  int64_t g = 0;
+  for (; g + 2 <= n_g; g += 2) {
+    for (int64_t i = 0; i < strips; i += 32) {
+      WeightedStrip<2>(p + g * p_stride, p_stride, v + i, n, d, y + g * d + i);
+    }
+  }
+  for (; g < n_g; ++g) {
+    for (int64_t i = 0; i < strips; i += 32) {
+      WeightedStrip<1>(p + g * p_stride, p_stride, v + i, n, d, y + g * d + i);
+    }
+  }
+  for (g = 0; g < n_g; ++g) WeightedColumns(p + g * p_stride, v, n, d, strips, y + g * d);
 }
 
 // exp(x) as 2^k * e^r with k = round(x / ln 2) and |r| <= ln(2) / 2: r is x - k ln 2 with ln 2
