@@ -355,17 +355,9 @@ float MaxF32(const float* x, int64_t n) {
   return out;
 }
 
-// G query heads against 8 slots (the lanes; a last strip of r < 8 slots goes through a zeroed
-// copy). Eight heads give eight independent FMA chains, enough to cover the FMA latency.
+// s[g * s_stride + j] = scale * acc[g][j] for the strip's r <= 8 slots.
 template <int G>
-void ScoresStrip(const uint16_t* k, int64_t ld, int64_t r, const float* q, int64_t d,
-                 float scale, float* s, int64_t s_stride) {
-  __m256 acc[G];
-  for (int g = 0; g < G; ++g) acc[g] = _mm256_setzero_ps();
-  for (int64_t i = 0; i < d; ++i) {
-    const __m256 kv = r == 8 ? F16Src::Load(k + i * ld) : LoadTail<F16Src>(k + i * ld, r);
-    for (int g = 0; g < G; ++g) acc[g] = _mm256_fmadd_ps(_mm256_set1_ps(q[g * d + i]), kv, acc[g]);
-  }
+void StoreScores(const __m256 (&acc)[G], int64_t r, float scale, float* s, int64_t s_stride) {
   const __m256 vscale = _mm256_set1_ps(scale);
   for (int g = 0; g < G; ++g) {
     const __m256 out = _mm256_mul_ps(acc[g], vscale);
@@ -377,23 +369,27 @@ void ScoresStrip(const uint16_t* k, int64_t ld, int64_t r, const float* q, int64
   }
 }
 
+// G query heads against 8 slots (the lanes; a last strip of r < 8 slots goes through a zeroed
+// copy). Eight heads give eight independent FMA chains, enough to cover the FMA latency.
+template <int G>
+void ScoresStrip(const uint16_t* k, int64_t ld, int64_t r, const float* q, int64_t d,
+                 float scale, float* s, int64_t s_stride) {
+  __m256 acc[G];
+  for (int g = 0; g < G; ++g) acc[g] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < d; ++i) {
+    const __m256 kv = r == 8 ? F16Src::Load(k + i * ld) : LoadTail<F16Src>(k + i * ld, r);
+    for (int g = 0; g < G; ++g) acc[g] = _mm256_fmadd_ps(_mm256_set1_ps(q[g * d + i]), kv, acc[g]);
+  }
+  StoreScores<G>(acc, r, scale, s, s_stride);
+}
+
 void ScoresF16T(const uint16_t* k, int64_t ld, int64_t n, const float* q, int64_t n_g, int64_t d,
                 float scale, float* s, int64_t s_stride) {
   for (int64_t j = 0; j < n; j += 8) {
     const int64_t r = n - j < 8 ? n - j : 8;
-    int64_t g = 0;
-    for (; g + 8 <= n_g; g += 8) {
-      ScoresStrip<8>(k + j, ld, r, q + g * d, d, scale, s + g * s_stride + j, s_stride);
-    }
-    if (g + 4 <= n_g) {
-      ScoresStrip<4>(k + j, ld, r, q + g * d, d, scale, s + g * s_stride + j, s_stride);
-      g += 4;
-    }
-    if (g + 2 <= n_g) {
-      ScoresStrip<2>(k + j, ld, r, q + g * d, d, scale, s + g * s_stride + j, s_stride);
-      g += 2;
-    }
-    if (g < n_g) ScoresStrip<1>(k + j, ld, r, q + g * d, d, scale, s + g * s_stride + j, s_stride);
+    ByHeadGroups(n_g, [&]<int G>(int64_t g) {
+      ScoresStrip<G>(k + j, ld, r, q + g * d, d, scale, s + g * s_stride + j, s_stride);
+    });
   }
 }
 
@@ -426,15 +422,7 @@ void ScoresQ8Strip(const uint8_t* k, const Q8DimsLayout& lay, int64_t j, int64_t
     const __m256 scales = r == 8 ? F16Src::Load(sc) : LoadTail<F16Src>(sc, r);
     for (int g = 0; g < G; ++g) acc[g] = _mm256_fmadd_ps(part[g], scales, acc[g]);
   }
-  const __m256 vscale = _mm256_set1_ps(scale);
-  for (int g = 0; g < G; ++g) {
-    const __m256 out = _mm256_mul_ps(acc[g], vscale);
-    if (r == 8) {
-      _mm256_storeu_ps(s + g * s_stride, out);
-    } else {
-      StoreTail(s + g * s_stride, out, r);
-    }
-  }
+  StoreScores<G>(acc, r, scale, s, s_stride);
 }
 
 void ScoresQ8T(const uint8_t* k, int64_t ld, int64_t first, int64_t n, const float* q,
@@ -442,23 +430,10 @@ void ScoresQ8T(const uint8_t* k, int64_t ld, int64_t first, int64_t n, const flo
   const Q8DimsLayout lay{ld};
   for (int64_t j = 0; j < n; j += 8) {
     const int64_t r = n - j < 8 ? n - j : 8;
-    const int64_t slot = first + j;
-    float* sj = s + j;
-    int64_t g = 0;
-    for (; g + 8 <= n_g; g += 8) {
-      ScoresQ8Strip<8>(k, lay, slot, r, q + g * d, d, scale, sj + g * s_stride, s_stride);
-    }
-    if (g + 4 <= n_g) {
-      ScoresQ8Strip<4>(k, lay, slot, r, q + g * d, d, scale, sj + g * s_stride, s_stride);
-      g += 4;
-    }
-    if (g + 2 <= n_g) {
-      ScoresQ8Strip<2>(k, lay, slot, r, q + g * d, d, scale, sj + g * s_stride, s_stride);
-      g += 2;
-    }
-    if (g < n_g) {
-      ScoresQ8Strip<1>(k, lay, slot, r, q + g * d, d, scale, sj + g * s_stride, s_stride);
-    }
+    ByHeadGroups(n_g, [&]<int G>(int64_t g) {
+      ScoresQ8Strip<G>(k, lay, first + j, r, q + g * d, d, scale, s + g * s_stride + j,
+                       s_stride);
+    });
   }
 }
 

@@ -352,31 +352,21 @@ void ScoresStrip(const uint16_t* k, int64_t ld, __mmask16 m, const float* q, int
   }
 }
 
-template <bool kMasked>
-void ScoresStrips(const uint16_t* k, int64_t ld, __mmask16 m, const float* q, int64_t n_g,
-                  int64_t d, float scale, float* s, int64_t s_stride) {
-  int64_t g = 0;
-  for (; g + 8 <= n_g; g += 8) {
-    ScoresStrip<8, kMasked>(k, ld, m, q + g * d, d, scale, s + g * s_stride, s_stride);
-  }
-  if (g + 4 <= n_g) {
-    ScoresStrip<4, kMasked>(k, ld, m, q + g * d, d, scale, s + g * s_stride, s_stride);
-    g += 4;
-  }
-  if (g + 2 <= n_g) {
-    ScoresStrip<2, kMasked>(k, ld, m, q + g * d, d, scale, s + g * s_stride, s_stride);
-    g += 2;
-  }
-  if (g < n_g) ScoresStrip<1, kMasked>(k, ld, m, q + g * d, d, scale, s + g * s_stride, s_stride);
-}
-
 void ScoresF16T(const uint16_t* k, int64_t ld, int64_t n, const float* q, int64_t n_g, int64_t d,
                 float scale, float* s, int64_t s_stride) {
   int64_t j = 0;
   for (; j + 16 <= n; j += 16) {
-    ScoresStrips<false>(k + j, ld, 0xffff, q, n_g, d, scale, s + j, s_stride);
+    ByHeadGroups(n_g, [&]<int G>(int64_t g) {
+      ScoresStrip<G, false>(k + j, ld, 0xffff, q + g * d, d, scale, s + g * s_stride + j,
+                            s_stride);
+    });
   }
-  if (j < n) ScoresStrips<true>(k + j, ld, TailMask(n - j), q, n_g, d, scale, s + j, s_stride);
+  if (j < n) {
+    ByHeadGroups(n_g, [&]<int G>(int64_t g) {
+      ScoresStrip<G, true>(k + j, ld, TailMask(n - j), q + g * d, d, scale,
+                           s + g * s_stride + j, s_stride);
+    });
+  }
 }
 
 // G query heads against 16 slots of a Q8_0 K stored dimension-major: per group of 32
@@ -409,36 +399,21 @@ void ScoresQ8Strip(const uint8_t* k, const Q8DimsLayout& lay, int64_t j, __mmask
   }
 }
 
-template <bool kMasked>
-void ScoresQ8Strips(const uint8_t* k, const Q8DimsLayout& lay, int64_t j, __mmask16 m,
-                    const float* q, int64_t n_g, int64_t d, float scale, float* s,
-                    int64_t s_stride) {
-  int64_t g = 0;
-  for (; g + 8 <= n_g; g += 8) {
-    ScoresQ8Strip<8, kMasked>(k, lay, j, m, q + g * d, d, scale, s + g * s_stride, s_stride);
-  }
-  if (g + 4 <= n_g) {
-    ScoresQ8Strip<4, kMasked>(k, lay, j, m, q + g * d, d, scale, s + g * s_stride, s_stride);
-    g += 4;
-  }
-  if (g + 2 <= n_g) {
-    ScoresQ8Strip<2, kMasked>(k, lay, j, m, q + g * d, d, scale, s + g * s_stride, s_stride);
-    g += 2;
-  }
-  if (g < n_g) {
-    ScoresQ8Strip<1, kMasked>(k, lay, j, m, q + g * d, d, scale, s + g * s_stride, s_stride);
-  }
-}
-
 void ScoresQ8T(const uint8_t* k, int64_t ld, int64_t first, int64_t n, const float* q,
                int64_t n_g, int64_t d, float scale, float* s, int64_t s_stride) {
   const Q8DimsLayout lay{ld};
   int64_t j = 0;
   for (; j + 16 <= n; j += 16) {
-    ScoresQ8Strips<false>(k, lay, first + j, 0xffff, q, n_g, d, scale, s + j, s_stride);
+    ByHeadGroups(n_g, [&]<int G>(int64_t g) {
+      ScoresQ8Strip<G, false>(k, lay, first + j, 0xffff, q + g * d, d, scale,
+                              s + g * s_stride + j, s_stride);
+    });
   }
   if (j < n) {
-    ScoresQ8Strips<true>(k, lay, first + j, TailMask(n - j), q, n_g, d, scale, s + j, s_stride);
+    ByHeadGroups(n_g, [&]<int G>(int64_t g) {
+      ScoresQ8Strip<G, true>(k, lay, first + j, TailMask(n - j), q + g * d, d, scale,
+                             s + g * s_stride + j, s_stride);
+    });
   }
 }
 

@@ -48,6 +48,24 @@ struct ActTileArgs {
 };
 using DotActTileFn = void (*)(const ActTileArgs& args);
 
+// Calls strip.template operator()<G>(g) over n_g query heads in groups of G = 8, then one
+// group each of 4, 2 and 1 as needed: the SIMD score kernels keep G accumulators in registers.
+// Instantiated only with each kernel file's own lambdas, so every ISA gets its own copy.
+template <class Strip>
+void ByHeadGroups(int64_t n_g, const Strip& strip) {
+  int64_t g = 0;
+  for (; g + 8 <= n_g; g += 8) strip.template operator()<8>(g);
+  if (g + 4 <= n_g) {
+    strip.template operator()<4>(g);
+    g += 4;
+  }
+  if (g + 2 <= n_g) {
+    strip.template operator()<2>(g);
+    g += 2;
+  }
+  if (g < n_g) strip.template operator()<1>(g);
+}
+
 struct LevelKernels {
   KernelSet set;  // what Kernels() hands out
   DotTileFn dot_tile;
