@@ -2,7 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <string>
 #include <vector>
+
+#include "tensor/dtype.h"
+#include "tensor/quant.h"
 
 namespace kvllm {
 namespace {
@@ -93,6 +98,48 @@ TEST(KVCacheTest, FullPoolRefusesWithoutChangingState) {
   EXPECT_EQ(kv.Stats().blocks_used, 0);
   EXPECT_TRUE(kv.CanAppend(b, 48));
   EXPECT_EQ(kv.CheckIntegrity(), "");
+}
+
+// An f16 or q8_0 K is stored dimension-major: every (layer, head, slot) must read back exactly
+// what a row of that format holds, with no value of another slot, head or layer mixed in.
+TEST(KVCacheTest, DimensionMajorKReadsBackEachRowExactly) {
+  for (KVFormat k : {KVFormat(DType::kF16), KVFormat(DType::kQ8_0)}) {
+    for (int32_t bs : {1, 3, 16}) {
+      SCOPED_TRACE(std::string(k.name()) + " block " + std::to_string(bs));
+      ASSERT_TRUE(k.dimension_major(KVRole::kK));
+      constexpr int32_t kLayers = 2, kHeads = 3, kD = 64, kTokens = 20;
+      auto layout = KVLayout::Make(KVShape{kLayers, kHeads, kD}, bs, k, DType::kF16);
+      ASSERT_TRUE(layout.ok());
+      KVCache kv(layout.value(), kTokens / bs + 1);
+      const SeqId seq(1);
+      kv.Append(seq, kTokens);
+      auto row_of = [](int32_t layer, int32_t pos) {
+        std::vector<float> row(kHeads * kD);
+        for (size_t i = 0; i < row.size(); ++i) {
+          row[i] = std::sin(0.37f * static_cast<float>(i) + 1.3f * pos + 7.1f * layer);
+        }
+        return row;
+      };
+      for (int32_t pos = 0; pos < kTokens; ++pos) {
+        for (int32_t layer = 0; layer < kLayers; ++layer) {
+          kv.WriteK(seq, layer, pos, row_of(layer, pos).data());
+        }
+      }
+      std::vector<uint8_t> q(RowBytes(k.row_type(), kD));
+      std::vector<float> want(kD), got(kD);
+      for (int32_t pos = 0; pos < kTokens; ++pos) {
+        for (int32_t layer = 0; layer < kLayers; ++layer) {
+          const std::vector<float> row = row_of(layer, pos);
+          for (int32_t h = 0; h < kHeads; ++h) {
+            QuantizeRow(k.row_type(), row.data() + h * kD, q.data(), kD);
+            DequantizeRow(k.row_type(), q.data(), want.data(), kD);
+            kv.ReadK(seq, layer, h, pos, got.data());
+            ASSERT_EQ(got, want) << "layer " << layer << " head " << h << " pos " << pos;
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST(KVCacheTest, SequencesGetDisjointRows) {
