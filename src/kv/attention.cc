@@ -141,6 +141,17 @@ void PrefetchBlock(const AttentionArgs& a, const uint8_t* block) {
   for (size_t off = 0; off < v_bytes; off += 64) __builtin_prefetch(v + off);
 }
 
+// Calls fn(block, first slot in it, slots, offset from `from`) for each block's piece of the
+// slots [from, to).
+template <class Fn>
+void ForEachPiece(int32_t from, int32_t to, int32_t bs, const Fn& fn) {
+  for (int32_t idx = from; idx < to;) {
+    const int32_t n = std::min(bs - idx % bs, to - idx);
+    fn(idx / bs, idx % bs, n, idx - from);
+    idx += n;
+  }
+}
+
 // Attends the spans' slots in [lo, hi), leaving acc, run_max and run_sum unnormalised.
 void AttendRange(const AttentionArgs& a, int32_t lo, int32_t hi, float* acc_out, float* run_max,
                  float* run_sum, float* scratch) {
@@ -166,29 +177,21 @@ void AttendRange(const AttentionArgs& a, int32_t lo, int32_t hi, float* acc_out,
       for (int32_t g = 0; g < a.n_group; ++g) HadamardRotate(s.q_rot + int64_t{g} * d, d);
       q = s.q_rot;
     }
-    // Visit the span chunk by chunk, each chunk block by block: slots [idx, idx + n) of a
-    // piece lie in one block.
+    // Visit the span chunk by chunk: a chunk ends on the last block boundary within cap
+    // slots (or at the span's end), and each block's piece of it is visited in turn.
     const int32_t cap = ChunkSlots(bs);
     const int32_t ahead = cap / bs;
     for (int32_t chunk0 = begin; chunk0 < end;) {
-      int32_t len = 0;
-      for (int32_t idx = chunk0; idx < end;) {
-        const int32_t slot0 = idx % bs;
-        const int32_t n = std::min(bs - slot0, end - idx);
-        if (len + n > cap) break;
-        KBlock kb{a.kv->BlockData(table.blocks[idx / bs]), nullptr};
+      const int32_t chunk_end = std::min(end, (chunk0 + cap) / bs * bs);
+      const int32_t len = chunk_end - chunk0;
+      ForEachPiece(chunk0, chunk_end, bs, [&](int32_t b, int32_t slot0, int32_t n, int32_t off) {
         // One chunk ahead: at 16 slots a block, 4 blocks (2 KiB of K and of V each) are in
         // flight while this one is read.
-        if ((idx / bs + ahead) * bs < end) {
-          PrefetchBlock(a, a.kv->BlockData(table.blocks[idx / bs + ahead]));
-        }
-        if (idx / bs == staged.block_idx) {
-          kb.rows = staged.rows + int64_t{a.kv_head} * bs * d;
-        }
-        KScores(a, kb, slot0, n, q, s, s.scores + len, cap);
-        len += n;
-        idx += n;
-      }
+        if ((b + ahead) * bs < end) PrefetchBlock(a, a.kv->BlockData(table.blocks[b + ahead]));
+        KBlock kb{a.kv->BlockData(table.blocks[b]), nullptr};
+        if (b == staged.block_idx) kb.rows = staged.rows + int64_t{a.kv_head} * bs * d;
+        KScores(a, kb, slot0, n, q, s, s.scores + off, cap);
+      });
       for (int32_t g = 0; g < a.n_group; ++g) {
         float* sc = s.scores + g * cap;
         const float m_new = std::max(run_max[g], kern.max_f32(sc, len));
@@ -200,15 +203,11 @@ void AttendRange(const AttentionArgs& a, int32_t lo, int32_t hi, float* acc_out,
         run_max[g] = m_new;
         run_sum[g] = run_sum[g] * correction + kern.exp_sum(sc, len, m_new);
       }
-      for (int32_t idx = chunk0, off = 0; off < len;) {
-        const int32_t slot0 = idx % bs;
-        const int32_t n = std::min(bs - slot0, end - idx);
-        AddValues(a, a.kv->BlockData(table.blocks[idx / bs]), slot0, n, s.scores + off, cap,
-                  acc_out, s);
-        off += n;
-        idx += n;
-      }
-      chunk0 += len;
+      ForEachPiece(chunk0, chunk_end, bs, [&](int32_t b, int32_t slot0, int32_t n, int32_t off) {
+        AddValues(a, a.kv->BlockData(table.blocks[b]), slot0, n, s.scores + off, cap, acc_out,
+                  s);
+      });
+      chunk0 = chunk_end;
     }
   }
 }
