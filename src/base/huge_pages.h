@@ -11,8 +11,9 @@ namespace kvllm {
 
 class HugePageBuffer {
  public:
-  // At least `bytes` zero-filled bytes. On failure data() is null and errno says why. Where
-  // transparent huge pages are off the memory is still usable, in 4 KiB pages.
+  // At least `bytes` zero-filled bytes, faulted in as first touched (a pool sized for the
+  // model's whole context costs only what is used). On failure data() is null and errno says
+  // why. Where transparent huge pages are off the memory is still usable, in 4 KiB pages.
   static HugePageBuffer Allocate(size_t bytes);
 
   HugePageBuffer() = default;
