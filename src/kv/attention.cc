@@ -55,7 +55,7 @@ int64_t ScratchFloats(int32_t n_group, int32_t block_size, int32_t head_dim) {
 
 // Where one block's K of the attended head is read from, for slots [slot0, slot0 + n).
 struct KBlock {
-  const uint8_t* data;    // the block in the pool
+  const uint8_t* tile;    // the head's K tile in the pool
   const uint16_t* rows;   // [block_size][head_dim] f16 when the block is staged, else nullptr
 };
 
@@ -70,12 +70,11 @@ void KScores(const AttentionArgs& a, const KBlock& kb, int32_t slot0, int32_t n,
   const KVFormat f = lay.k_format();
   const int32_t d = lay.shape().head_dim;
   if (kb.rows == nullptr && f.dimension_major(KVRole::kK)) {
-    const uint8_t* head = kb.data + lay.KHeadOffset(a.layer, a.kv_head);
     if (f.row_type() == DType::kF16) {
-      kern.scores_f16t(reinterpret_cast<const uint16_t*>(head) + slot0, lay.block_size(), n, q,
+      kern.scores_f16t(reinterpret_cast<const uint16_t*>(kb.tile) + slot0, lay.block_size(), n, q,
                        a.n_group, d, a.scale, scores, stride);
     } else {
-      kern.scores_q8t(head, lay.block_size(), slot0, n, q, a.n_group, d, a.scale, scores, stride);
+      kern.scores_q8t(kb.tile, lay.block_size(), slot0, n, q, a.n_group, d, a.scale, scores, stride);
     }
     return;
   }
@@ -84,8 +83,7 @@ void KScores(const AttentionArgs& a, const KBlock& kb, int32_t slot0, int32_t n,
   if (kb.rows != nullptr) {
     kern.dequantize(DType::kF16, kb.rows + int64_t{slot0} * d, s.rows, int64_t{n} * d);
   } else if (f.is_kivi()) {
-    const uint8_t* tile = kb.data + lay.KHeadOffset(a.layer, a.kv_head);
-    kivi::KTileChannels(tile, d, s.chan_scale, s.chan_min);
+    kivi::KTileChannels(kb.tile, d, s.chan_scale, s.chan_min);
     for (int32_t g = 0; g < a.n_group; ++g) {
       const float* qg = q + int64_t{g} * d;
       float* qs = s.q_scale + int64_t{g} * d;
@@ -93,13 +91,12 @@ void KScores(const AttentionArgs& a, const KBlock& kb, int32_t slot0, int32_t n,
       s.q_min[g] = kern.dot_f32(qg, s.chan_min, d);
     }
     for (int32_t j = 0; j < n; ++j) {
-      kivi::UnpackCodes(f.bits(), tile + kivi::KCodesOffset(f.bits(), d, slot0 + j),
+      kivi::UnpackCodes(f.bits(), kb.tile + kivi::KCodesOffset(f.bits(), d, slot0 + j),
                         s.rows + int64_t{j} * d, d);
     }
     queries = s.q_scale;
   } else {
-    kern.dequantize(f.row_type(), kb.data + lay.KRowOffset(a.layer, a.kv_head, slot0), s.rows,
-                    int64_t{n} * d);
+    kern.dequantize(f.row_type(), kb.tile + slot0 * lay.k_row_bytes(), s.rows, int64_t{n} * d);
   }
   MatMul(DType::kF32, s.rows, n, d, queries, a.n_group, s.piece, nullptr);
   const bool add_min = f.is_kivi() && kb.rows == nullptr;
@@ -109,9 +106,10 @@ void KScores(const AttentionArgs& a, const KBlock& kb, int32_t slot0, int32_t n,
   }
 }
 
-// out[g] += Σ_j p[g * stride + j] · v_{slot0 + j} for j < n. The V rows become
-// floats once (s.rows, free again once KScores is done with it) for the whole group.
-void AddValues(const AttentionArgs& a, const uint8_t* block, int32_t slot0, int32_t n,
+// out[g] += Σ_j p[g * stride + j] · v_{slot0 + j} for j < n, from a block's V rows of the
+// attended head. The rows become floats once (s.rows, free again once KScores is done with
+// it) for the whole group.
+void AddValues(const AttentionArgs& a, const uint8_t* v_rows, int32_t slot0, int32_t n,
                const float* p, int32_t stride, float* out, Scratch& s) {
   const KernelSet& kern = Kernels();
   const KVLayout& lay = a.kv->layout();
@@ -119,26 +117,24 @@ void AddValues(const AttentionArgs& a, const uint8_t* block, int32_t slot0, int3
   const int32_t d = lay.shape().head_dim;
   if (f.is_kivi()) {
     for (int32_t j = 0; j < n; ++j) {
-      kivi::DequantizeVRow(f.bits(), block + lay.VRowOffset(a.layer, a.kv_head, slot0 + j),
+      kivi::DequantizeVRow(f.bits(), v_rows + (slot0 + j) * lay.v_row_bytes(),
                            s.rows + int64_t{j} * d, d);
     }
   } else {
-    kern.dequantize(f.row_type(), block + lay.VRowOffset(a.layer, a.kv_head, slot0), s.rows,
-                    int64_t{n} * d);
+    kern.dequantize(f.row_type(), v_rows + slot0 * lay.v_row_bytes(), s.rows, int64_t{n} * d);
   }
   kern.weighted_rows(p, stride, a.n_group, s.rows, n, d, out);
 }
 
-// Asks for the attended head's K and V in `block` ahead of use. A head's part of a block is
-// a few KiB at a stride of a whole block (all layers and heads), a pattern the hardware
-// prefetchers do not follow from block to block.
-void PrefetchBlock(const AttentionArgs& a, const uint8_t* block) {
+// Asks for the attended head's K and V in block `id` ahead of use: a sequence's blocks are
+// consecutive in the pool only while it was allocated in order (a fresh pool), and the
+// hardware prefetchers do not follow a jump to another block.
+void PrefetchBlock(const AttentionArgs& a, BlockId id) {
   const KVLayout& lay = a.kv->layout();
-  const uint8_t* k = block + lay.KHeadOffset(a.layer, a.kv_head);
-  const uint8_t* v = block + lay.VRowOffset(a.layer, a.kv_head, 0);
-  const size_t v_bytes = lay.v_row_bytes() * static_cast<size_t>(lay.block_size());
+  const uint8_t* k = a.kv->KHead(id, a.layer, a.kv_head);
+  const uint8_t* v = a.kv->VHead(id, a.layer, a.kv_head);
   for (size_t off = 0; off < lay.k_head_bytes(); off += 64) __builtin_prefetch(k + off);
-  for (size_t off = 0; off < v_bytes; off += 64) __builtin_prefetch(v + off);
+  for (size_t off = 0; off < lay.v_head_bytes(); off += 64) __builtin_prefetch(v + off);
 }
 
 // Calls fn(block, first slot in it, slots, offset from `from`) for each block's piece of the
@@ -187,8 +183,8 @@ void AttendRange(const AttentionArgs& a, int32_t lo, int32_t hi, float* acc_out,
       ForEachPiece(chunk0, chunk_end, bs, [&](int32_t b, int32_t slot0, int32_t n, int32_t off) {
         // One chunk ahead: at 16 slots a block, 4 blocks (2 KiB of K and of V each) are in
         // flight while this one is read.
-        if ((b + ahead) * bs < end) PrefetchBlock(a, a.kv->BlockData(table.blocks[b + ahead]));
-        KBlock kb{a.kv->BlockData(table.blocks[b]), nullptr};
+        if ((b + ahead) * bs < end) PrefetchBlock(a, table.blocks[b + ahead]);
+        KBlock kb{a.kv->KHead(table.blocks[b], a.layer, a.kv_head), nullptr};
         if (b == staged.block_idx) kb.rows = staged.rows + int64_t{a.kv_head} * bs * d;
         KScores(a, kb, slot0, n, q, s, s.scores + off, cap);
       });
@@ -204,8 +200,8 @@ void AttendRange(const AttentionArgs& a, int32_t lo, int32_t hi, float* acc_out,
         run_sum[g] = run_sum[g] * correction + kern.exp_sum(sc, len, m_new);
       }
       ForEachPiece(chunk0, chunk_end, bs, [&](int32_t b, int32_t slot0, int32_t n, int32_t off) {
-        AddValues(a, a.kv->BlockData(table.blocks[b]), slot0, n, s.scores + off, cap, acc_out,
-                  s);
+        AddValues(a, a.kv->VHead(table.blocks[b], a.layer, a.kv_head), slot0, n, s.scores + off,
+                  cap, acc_out, s);
       });
       chunk0 = chunk_end;
     }

@@ -111,15 +111,19 @@ BlockRecord KVCache::MakeRecord(BlockHash hash, BlockHash parent, std::span<cons
   r.v_format = layout_.v_format().name();
   r.block_size = block_size();
   r.tokens.assign(tokens.begin(), tokens.end());
-  r.data.assign(BlockData(id), BlockData(id) + layout_.bytes_per_block());
+  r.data.resize(layout_.bytes_per_block());
+  layout_.ForEachHeadTile([&](size_t offset, size_t bytes) {
+    std::memcpy(r.data.data() + offset, Tile(id, offset, bytes), bytes);
+  });
   return r;
 }
 
 BlockId KVCache::Load(const BlockRecord& r) {
   if (available_blocks() == 0) return BlockId();
   const BlockId id = AllocateBlock();
-  std::memcpy(data_.data() + static_cast<size_t>(id.value) * layout_.bytes_per_block(),
-              r.data.data(), layout_.bytes_per_block());
+  layout_.ForEachHeadTile([&](size_t offset, size_t bytes) {
+    std::memcpy(Tile(id, offset, bytes), r.data.data() + offset, bytes);
+  });
   KVLLM_CHECK(prefix_.Insert(r.hash, id, r.tokens));
   // The allocation's reference becomes the cache's: the block is cached-free until taken.
   prefix_.MakeEvictable(id);
@@ -171,8 +175,9 @@ void KVCache::Append(SeqId seq, int32_t n_new) {
   if (n_new > 0 && NeedsCopy(t)) {
     const BlockId shared = t.blocks.back();
     const BlockId own = AllocateBlock();
-    std::memcpy(data_.data() + static_cast<size_t>(own.value) * layout_.bytes_per_block(),
-                BlockData(shared), layout_.bytes_per_block());
+    layout_.ForEachHeadTile([&](size_t offset, size_t bytes) {
+      std::memcpy(Tile(own, offset, bytes), Tile(shared, offset, bytes), bytes);
+    });
     t.blocks.back() = own;
     ReleaseBlock(shared);
   }
@@ -308,11 +313,9 @@ void KVCache::WriteK(SeqId seq, int32_t layer, int32_t pos, const float* k) {
     }
     return;
   }
-  uint8_t* block = Block(s.table, pos);
   if (f.dimension_major(KVRole::kK)) {
     for (int32_t h = 0; h < n_head; ++h) {
-      WriteDimensionMajor(f, k + int64_t{h} * d, d, bs, slot,
-                          block + layout_.KHeadOffset(layer, h));
+      WriteDimensionMajor(f, k + int64_t{h} * d, d, bs, slot, KHead(s.table, pos, layer, h));
     }
     return;
   }
@@ -323,7 +326,8 @@ void KVCache::WriteK(SeqId seq, int32_t layer, int32_t pos, const float* k) {
       HadamardRotate(scratch_.data(), d);
       row = scratch_.data();
     }
-    QuantizeRow(f.row_type(), row, block + layout_.KRowOffset(layer, h, slot), d);
+    QuantizeRow(f.row_type(), row, KHead(s.table, pos, layer, h) + slot * layout_.k_row_bytes(),
+                d);
   }
 }
 
@@ -332,9 +336,8 @@ void KVCache::WriteV(SeqId seq, int32_t layer, int32_t pos, const float* v) {
   KVLLM_CHECK(pos < t.num_tokens);
   const KVFormat f = layout_.v_format();
   const int32_t d = layout_.shape().head_dim;
-  uint8_t* block = Block(t, pos);
   for (int32_t h = 0; h < layout_.shape().n_kv_head; ++h) {
-    uint8_t* row = block + layout_.VRowOffset(layer, h, pos % block_size());
+    uint8_t* row = VRow(t, pos, layer, h);
     if (f.is_kivi()) {
       kivi::QuantizeVRow(f.bits(), v + int64_t{h} * d, row, d);
     } else {
@@ -350,11 +353,10 @@ void KVCache::SealK(SeqId seq, int32_t layer) {
   const int32_t n_head = layout_.shape().n_kv_head, d = layout_.shape().head_dim;
   const int32_t bs = block_size();
   const int32_t b = s.staged_block[layer];
-  uint8_t* block = Block(s.table, b * bs);
   const uint16_t* rows = s.staging.data() + static_cast<size_t>(layer) * n_head * bs * d;
   for (int32_t h = 0; h < n_head; ++h) {
     kivi::QuantizeKTile(f.bits(), rows + static_cast<size_t>(h) * bs * d, bs, d,
-                        block + layout_.KHeadOffset(layer, h), scratch_.data());
+                        KHead(s.table, b * bs, layer, h), scratch_.data());
   }
   s.staged_block[layer] = b + 1;
 }
@@ -377,16 +379,16 @@ void KVCache::ReadK(SeqId seq, int32_t layer, int32_t head, int32_t idx, float* 
     DequantizeRow(DType::kF16, staged.rows + (int64_t{head} * bs + idx % bs) * d, out, d);
     return;
   }
-  const uint8_t* block = BlockData(t.blocks[idx / bs]);
+  const uint8_t* tile = KHead(At(t, idx), layer, head);
   if (f.is_kivi()) {
-    kivi::DequantizeKSlot(f.bits(), block + layout_.KHeadOffset(layer, head), idx % bs, d, out);
+    kivi::DequantizeKSlot(f.bits(), tile, idx % bs, d, out);
     return;
   }
   if (f.dimension_major(KVRole::kK)) {
-    ReadDimensionMajor(f, block + layout_.KHeadOffset(layer, head), d, bs, idx % bs, out);
+    ReadDimensionMajor(f, tile, d, bs, idx % bs, out);
     return;
   }
-  DequantizeRow(f.row_type(), block + layout_.KRowOffset(layer, head, idx % bs), out, d);
+  DequantizeRow(f.row_type(), tile + (idx % bs) * layout_.k_row_bytes(), out, d);
   if (f.rotated()) HadamardUnrotate(out, d);
 }
 
@@ -394,7 +396,7 @@ void KVCache::ReadV(SeqId seq, int32_t layer, int32_t head, int32_t idx, float* 
   const BlockTable& t = Table(seq);
   const KVFormat f = layout_.v_format();
   const int32_t d = layout_.shape().head_dim, bs = block_size();
-  const uint8_t* row = BlockData(t.blocks[idx / bs]) + layout_.VRowOffset(layer, head, idx % bs);
+  const uint8_t* row = VHead(At(t, idx), layer, head) + (idx % bs) * layout_.v_row_bytes();
   if (f.is_kivi()) {
     kivi::DequantizeVRow(f.bits(), row, out, d);
   } else {

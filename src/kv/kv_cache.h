@@ -170,8 +170,15 @@ class KVCache {
   // inside it) has attended. No-op for the other formats.
   void SealK(SeqId seq, int32_t layer);
 
-  const uint8_t* BlockData(BlockId id) const {
-    return data_.data() + static_cast<size_t>(id.value) * layout_.bytes_per_block();
+  // A head's K tile (k_head_bytes) and V rows (v_head_bytes) in block `id`. The pool keeps
+  // each (layer, K or V, head) tile of all blocks in a region of its own, block after block,
+  // as the model reads it: attention reads one head of one layer over a sequence's blocks, so
+  // blocks allocated in order make it one stream, not a few KiB at a stride of a whole block.
+  const uint8_t* KHead(BlockId id, int32_t layer, int32_t head) const {
+    return Tile(id, layout_.KHeadOffset(layer, head), layout_.k_head_bytes());
+  }
+  const uint8_t* VHead(BlockId id, int32_t layer, int32_t head) const {
+    return Tile(id, layout_.VHeadOffset(layer, head), layout_.v_head_bytes());
   }
   // The block of `layer` whose K is in staging, and its rows [n_kv_head][block_size][head_dim]
   // f16; {-1, nullptr} when K is not staged.
@@ -216,10 +223,22 @@ class KVCache {
   // Copies a stored block into a newly allocated block indexed by the prefix cache; the block
   // is held by the cache only. Invalid when no block is available.
   BlockId Load(const BlockRecord& r);
-  uint8_t* Block(const BlockTable& t, int32_t idx) {
-    const BlockId id = t.blocks[idx / block_size()];
+  // The tile at `offset` of a block record (of `bytes`, the tile's size) of block `id`: its
+  // region starts at num_blocks × offset, as every tile before it in a record has a region of
+  // num_blocks tiles.
+  uint8_t* Tile(BlockId id, size_t offset, size_t bytes) const {
     KVLLM_CHECK(id.valid());
-    return data_.data() + static_cast<size_t>(id.value) * layout_.bytes_per_block();
+    return data_.data() + static_cast<size_t>(pool_.num_blocks()) * offset +
+           static_cast<size_t>(id.value) * bytes;
+  }
+  // The block of the position `pos` of `t`.
+  BlockId At(const BlockTable& t, int32_t pos) const { return t.blocks[pos / block_size()]; }
+  uint8_t* KHead(const BlockTable& t, int32_t pos, int32_t layer, int32_t head) {
+    return Tile(At(t, pos), layout_.KHeadOffset(layer, head), layout_.k_head_bytes());
+  }
+  uint8_t* VRow(const BlockTable& t, int32_t pos, int32_t layer, int32_t head) {
+    return Tile(At(t, pos), layout_.VHeadOffset(layer, head), layout_.v_head_bytes()) +
+           static_cast<size_t>(pos % block_size()) * layout_.v_row_bytes();
   }
 
   KVLayout layout_;
@@ -230,7 +249,7 @@ class KVCache {
   uint64_t model_identity_ = 0;
   uint64_t identity_ = 0;  // the model's, the formats' and the block size's: seeds the chain
   StoreTiers* store_ = nullptr;
-  HugePageBuffer data_;  // [num_blocks][bytes_per_block]
+  HugePageBuffer data_;  // per head tile of a block record (KVLayout): [num_blocks][tile]
   std::unordered_map<SeqId, SeqState> seqs_;
   std::vector<float> scratch_;  // [3][head_dim] for writes (rotation, sealing)
 };

@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "tensor/dtype.h"
+#include "tensor/fp16.h"
 #include "tensor/quant.h"
 
 namespace kvllm {
@@ -33,30 +35,28 @@ TEST(KVLayoutTest, Llama2_7bF16Is512KiBPerToken) {
   EXPECT_EQ(l->bytes_per_token() * 4096, size_t{2} << 30);
 }
 
-TEST(KVLayoutTest, RowsOfOneBlockDoNotOverlap) {
-  KVLayout l = MakeLayout(4, DType::kF32, DType::kF16);
-  std::vector<int> owner(l.bytes_per_block(), 0);
-  for (int layer = 0; layer < 2; ++layer)
-    for (int h = 0; h < 3; ++h)
-      for (int s = 0; s < 4; ++s) {
-        for (size_t b = 0; b < l.k_row_bytes(); ++b) ++owner[l.KRowOffset(layer, h, s) + b];
-        for (size_t b = 0; b < l.v_row_bytes(); ++b) ++owner[l.VRowOffset(layer, h, s) + b];
-      }
-  for (int c : owner) ASSERT_EQ(c, 1);
-}
-
-TEST(KVLayoutTest, KiviHeadTilesAndValueRowsDoNotOverlap) {
-  for (int bits : {4, 2}) {
-    auto l = KVLayout::Make(KVShape{2, 3, 64}, 5, KVFormat::Kivi(bits), KVFormat::Kivi(bits));
+// The head tiles cover a block record exactly once, for row, dimension-major and KIVI formats.
+TEST(KVLayoutTest, HeadTilesCoverTheBlockOnce) {
+  struct Case {
+    KVFormat k, v;
+    int32_t block_size;
+  };
+  for (const Case& c : {Case{DType::kF32, DType::kF16, 4}, Case{DType::kQ8_0, DType::kQ4_0, 3},
+                        Case{DType::kF16, DType::kF16, 16}, Case{KVFormat::Kivi(4),
+                        KVFormat::Kivi(4), 5}, Case{KVFormat::Kivi(2), KVFormat::Kivi(2), 5}}) {
+    auto l = KVLayout::Make(KVShape{2, 3, 64}, c.block_size, c.k, c.v);
     ASSERT_TRUE(l.ok());
     std::vector<int> owner(l->bytes_per_block(), 0);
-    for (int layer = 0; layer < 2; ++layer)
-      for (int h = 0; h < 3; ++h) {
-        for (size_t b = 0; b < l->k_head_bytes(); ++b) ++owner[l->KHeadOffset(layer, h) + b];
-        for (int s = 0; s < 5; ++s)
-          for (size_t b = 0; b < l->v_row_bytes(); ++b) ++owner[l->VRowOffset(layer, h, s) + b];
-      }
-    for (int c : owner) ASSERT_EQ(c, 1);
+    int tiles = 0;
+    l->ForEachHeadTile([&](size_t offset, size_t bytes) {
+      ++tiles;
+      ASSERT_LE(offset + bytes, owner.size());
+      for (size_t b = 0; b < bytes; ++b) ++owner[offset + b];
+    });
+    EXPECT_EQ(tiles, 2 * 2 * 3) << c.k.name();
+    for (int n : owner) ASSERT_EQ(n, 1) << c.k.name() << "/" << c.v.name();
+    EXPECT_EQ(l->VHeadOffset(1, 2) + l->v_head_bytes(), l->bytes_per_block());
+    EXPECT_EQ(l->v_head_bytes(), c.block_size * l->v_row_bytes());
   }
 }
 
@@ -326,6 +326,66 @@ TEST(KVCacheSharingTest, ForkSharesBlocksAndCopiesAPartialBlockOnWrite) {
   kv.Free(SeqId(1));
   EXPECT_EQ(kv.Stats().blocks_free, 8);
   EXPECT_EQ(kv.CheckIntegrity(), "");
+}
+
+// Every (layer, head, position) of `seq` in [0, n) reads the same from `a` and `b`.
+void ExpectSameKV(const KVCache& a, SeqId sa, const KVCache& b, SeqId sb, int32_t n) {
+  const auto& shape = a.layout().shape();
+  std::vector<float> x(shape.head_dim), y(shape.head_dim);
+  for (int32_t l = 0; l < shape.n_layer; ++l)
+    for (int32_t h = 0; h < shape.n_kv_head; ++h)
+      for (int32_t pos = 0; pos < n; ++pos) {
+        a.ReadK(sa, l, h, pos, x.data());
+        b.ReadK(sb, l, h, pos, y.data());
+        ASSERT_EQ(x, y) << "K layer " << l << " head " << h << " pos " << pos;
+        a.ReadV(sa, l, h, pos, x.data());
+        b.ReadV(sb, l, h, pos, y.data());
+        ASSERT_EQ(x, y) << "V layer " << l << " head " << h << " pos " << pos;
+      }
+}
+
+// The pool keeps each head's tiles in a region of its own, sized by the pool: a record is
+// the block in KVLayout's order whatever the pool, so it moves between pools of other sizes.
+TEST(KVCacheSharingTest, BlockRecordsMoveBetweenPoolsOfOtherSizes) {
+  auto layout = KVLayout::Make(KVShape{2, 3, 32}, 4, DType::kQ8_0, DType::kF16);
+  ASSERT_TRUE(layout.ok());
+  KVCache from(*layout, 9), to(*layout, 5);
+  from.EnablePrefixCache(1);
+  to.EnablePrefixCache(1);
+  Prefill(from, SeqId(0), Range(2));  // takes block 0, so that the next one is not block 0
+  std::vector<float> row(3 * 32);
+  const auto tokens = Range(10, 20);  // two full blocks and a partial one
+  from.Append(SeqId(1), 10);
+  for (int32_t pos = 0; pos < 10; ++pos) {
+    for (int32_t l = 0; l < 2; ++l) {
+      for (size_t i = 0; i < row.size(); ++i) row[i] = 0.01f * (i + 97 * pos + 1000 * l);
+      from.WriteK(SeqId(1), l, pos, row.data());
+      for (float& v : row) v = -v;
+      from.WriteV(SeqId(1), l, pos, row.data());
+    }
+  }
+  from.CacheFullBlocks(SeqId(1), tokens);
+  const std::vector<BlockRecord> records = from.ExportBlocks(SeqId(1), tokens);
+  ASSERT_EQ(records.size(), 2u);
+  // Record order: V of layer 1, head 2, slot 3 of the second block is -(95 + 7·97 + 1000)/100.
+  const KVLayout& lay = *layout;
+  uint16_t v16;
+  std::memcpy(&v16, records[1].data.data() + lay.VHeadOffset(1, 2) + 3 * lay.v_row_bytes() +
+                        2 * 31, sizeof v16);
+  EXPECT_EQ(F16ToF32(v16), F16ToF32(F32ToF16(-0.01f * (95 + 97 * 7 + 1000))));
+
+  ASSERT_EQ(to.ImportBlocks(records), 2);
+  EXPECT_EQ(to.AttachPrefix(SeqId(0), tokens, 9).tokens, 8);
+  ExpectSameKV(from, SeqId(1), to, SeqId(0), 8);
+  EXPECT_EQ(to.CheckIntegrity(), "");
+
+  // Copy on write copies every head of every layer of the partial block (positions 8, 9).
+  from.Fork(SeqId(1), SeqId(2));
+  const BlockId shared = from.Table(SeqId(2)).blocks[2];
+  from.Append(SeqId(2), 1);
+  ASSERT_NE(from.Table(SeqId(2)).blocks[2], shared);
+  ExpectSameKV(from, SeqId(1), from, SeqId(2), 10);
+  EXPECT_EQ(from.CheckIntegrity(), "");
 }
 
 TEST(KVCacheSharingTest, KiviStagingStartsAfterTheAttachedPrefix) {

@@ -2,7 +2,8 @@
 // from the model's shape and the chosen formats only, so `kvllm kv-size` and the allocator
 // agree to the byte.
 //
-// One block, for block_size tokens (S), n_kv_head heads (H), head_dim (D):
+// One block, for block_size tokens (S), n_kv_head heads (H), head_dim (D), as a block record
+// holds it (the pool keeps each head's tile of all blocks together instead; see KVCache):
 //
 //   block ─┬─ layer 0 ─┬─ K: [H] head tiles of k_head_bytes
 //          │           │      row formats: [S] rows of D elements (k_row_bytes each)
@@ -45,6 +46,7 @@ class KVLayout {
   size_t k_head_bytes() const { return k_head_bytes_; }  // one head's K in one block
   size_t k_row_bytes() const { return k_row_bytes_; }    // 0 for a KIVI K (no rows)
   size_t v_row_bytes() const { return v_row_bytes_; }
+  size_t v_head_bytes() const { return static_cast<size_t>(block_size_) * v_row_bytes_; }
 
   size_t bytes_per_block() const { return static_cast<size_t>(shape_.n_layer) * layer_bytes_; }
   // K and V of one token across all layers and heads: bytes_per_block / block_size, rounded
@@ -58,17 +60,21 @@ class KVLayout {
                : 0;
   }
 
-  // Byte offsets from the start of a block.
+  // Byte offsets from the start of a block record.
   size_t KHeadOffset(int32_t layer, int32_t head) const {
     return layer * layer_bytes_ + head * k_head_bytes_;
   }
-  // Row formats only (not a KIVI or a dimension-major K).
-  size_t KRowOffset(int32_t layer, int32_t head, int32_t slot) const {
-    return KHeadOffset(layer, head) + slot * k_row_bytes_;
+  size_t VHeadOffset(int32_t layer, int32_t head) const {
+    return layer * layer_bytes_ + v_offset_ + head * v_head_bytes();
   }
-  size_t VRowOffset(int32_t layer, int32_t head, int32_t slot) const {
-    return layer * layer_bytes_ + v_offset_ +
-           (static_cast<size_t>(head) * block_size_ + slot) * v_row_bytes_;
+  // Calls fn(offset, bytes) for each head's K tile and V rows of a block, in record order;
+  // together they cover the block's bytes_per_block.
+  template <class Fn>
+  void ForEachHeadTile(const Fn& fn) const {
+    for (int32_t layer = 0; layer < shape_.n_layer; ++layer) {
+      for (int32_t h = 0; h < shape_.n_kv_head; ++h) fn(KHeadOffset(layer, h), k_head_bytes_);
+      for (int32_t h = 0; h < shape_.n_kv_head; ++h) fn(VHeadOffset(layer, h), v_head_bytes());
+    }
   }
 
  private:
