@@ -221,11 +221,10 @@ void Model::Attention(const ForwardBatch& batch, KVCache& kv, ThreadPool& pool, 
   const int64_t scratch_floats = AttentionScratchFloats(kv.layout(), n_group);
   const int32_t n_parts = AttentionParts(batch, rows, n_rows, pool.size());
   if (n_parts == 1) {
-    // A task is one token's consecutive KV heads, each read once for its query-head group.
-    // A block holds a layer's heads one after another, so one thread reading them in order
-    // makes one stream that the hardware prefetcher runs ahead of; heads spread over threads
-    // one by one leave each thread's stream full of gaps. A token's heads are cut into as
-    // many runs as it takes to give every thread a task.
+    // A task is one token's run of consecutive KV heads, each read once for its query-head
+    // group: a token's heads are cut into as many runs as it takes to give every thread a
+    // task, and no more, so that each thread streams through its heads' regions of the pool
+    // (KVCache::KHead) with one hand-off per run.
     const int32_t runs = static_cast<int32_t>(std::clamp<int64_t>(
         (pool.size() + n_rows - 1) / n_rows, 1, c.n_kv_head));
     const int32_t run_heads = (c.n_kv_head + runs - 1) / runs;
