@@ -140,9 +140,10 @@ void Model::Forward(const ForwardBatch& batch, KVCache& kv, ThreadPool& pool, fl
     // Attention block: h = norm(x); q, k, v = h W; rope; cache v; then phase by phase (see
     // model.h) cache k, attend, seal full KIVI K blocks; x += attn Wo.
     for (int32_t t = 0; t < n_tok; ++t) RmsNorm(&x_[t * e], w.attn_norm, &h_[t * e], e, c.rms_eps);
-    MatMul(w.wq.type, w.wq.data, qd, e, h_.data(), n_tok, q_.data(), &pool);
-    MatMul(w.wk.type, w.wk.data, kvd, e, h_.data(), n_tok, k_.data(), &pool);
-    MatMul(w.wv.type, w.wv.data, kvd, e, h_.data(), n_tok, v_.data(), &pool);
+    const MatMulOut qkv[] = {{w.wq.type, w.wq.data, qd, q_.data()},
+                             {w.wk.type, w.wk.data, kvd, k_.data()},
+                             {w.wv.type, w.wv.data, kvd, v_.data()}};
+    MatMulShared(qkv, e, h_.data(), n_tok, &pool);
     if (kv.window().enabled()) std::copy(q_.begin(), q_.begin() + n_tok * qd, q_raw_.begin());
     for (int32_t t = 0; t < n_tok; ++t) {
       const int32_t pos = batch.positions[t];
@@ -168,8 +169,9 @@ void Model::Forward(const ForwardBatch& batch, KVCache& kv, ThreadPool& pool, fl
 
     // Feed-forward block: x += (silu(h Wgate) * (h Wup)) Wdown.
     for (int32_t t = 0; t < n_tok; ++t) RmsNorm(&x_[t * e], w.ffn_norm, &h_[t * e], e, c.rms_eps);
-    MatMul(w.w_gate.type, w.w_gate.data, c.n_ff, e, h_.data(), n_tok, gate_.data(), &pool);
-    MatMul(w.w_up.type, w.w_up.data, c.n_ff, e, h_.data(), n_tok, up_.data(), &pool);
+    const MatMulOut gate_up[] = {{w.w_gate.type, w.w_gate.data, c.n_ff, gate_.data()},
+                                 {w.w_up.type, w.w_up.data, c.n_ff, up_.data()}};
+    MatMulShared(gate_up, e, h_.data(), n_tok, &pool);
     for (int64_t i = 0; i < int64_t{n_tok} * c.n_ff; ++i) {
       const float g = gate_[i];
       gate_[i] = g / (1.0f + std::exp(-g)) * up_[i];

@@ -3,10 +3,12 @@
 #include <cpuid.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <string_view>
 
+#include "base/status.h"
 #include "tensor/kernels_internal.h"
 #include "tensor/quant.h"
 #include "tensor/thread_pool.h"
@@ -247,42 +249,70 @@ void MatMul(DType wt, const void* w, int64_t n_out, int64_t n_in, const float* x
   internal::MatMulWith(ActiveLevelKernels(), wt, w, n_out, n_in, x, n_tok, y, pool);
 }
 
+void MatMulShared(std::span<const MatMulOut> outs, int64_t n_in, const float* x, int64_t n_tok,
+                  ThreadPool* pool) {
+  internal::MatMulSharedWith(ActiveLevelKernels(), outs, n_in, x, n_tok, pool);
+}
+
 void internal::MatMulWith(const LevelKernels& kernels, DType wt, const void* w, int64_t n_out,
                           int64_t n_in, const float* x, int64_t n_tok, float* y,
                           ThreadPool* pool) {
-  if (n_out <= 0 || n_tok <= 0) return;
-  if (n_in == 0) {  // empty sums; the prefill path would never touch Y
-    std::fill(y, y + n_tok * n_out, 0.0f);
-    return;
-  }
+  const MatMulOut out{wt, w, n_out, y};
+  MatMulSharedWith(kernels, {&out, 1}, n_in, x, n_tok, pool);
+}
+
+void internal::MatMulSharedWith(const LevelKernels& kernels, std::span<const MatMulOut> outs,
+                                int64_t n_in, const float* x, int64_t n_tok, ThreadPool* pool) {
+  KVLLM_CHECK(outs.size() <= kMaxSharedMatMuls);
+  if (n_tok <= 0) return;
   BlockQ8Act* xq = nullptr;
-  if (UsesQ8Activations(wt)) {
+  const auto quantized = [](const MatMulOut& o) { return UsesQ8Activations(o.wt); };
+  if (n_in > 0 && std::any_of(outs.begin(), outs.end(), quantized)) {
     const int64_t blocks = n_in / kQK;
     xq = ActScratch(n_tok * blocks);
     for (int64_t t = 0; t < n_tok; ++t) {
       kernels.set.quantize_act(x + t * n_in, xq + t * blocks, n_in);
     }
   }
-  const MatMulJob job = {
-      .kernels = &kernels,
-      .wt = wt,
-      .w = static_cast<const uint8_t*>(w),
-      .row_bytes = RowBytes(wt, n_in),
-      .n_out = n_out,
-      .n_in = n_in,
-      .x = x,
-      .xq = xq,
-      .n_tok = n_tok,
-      .y = y,
-      .rows_per_task = n_tok == 1 ? kMatVecTaskRows : kMatMatTaskRows,
+  // The jobs' tasks, numbered one after another: job j has tasks [first[j], first[j + 1]).
+  std::array<MatMulJob, kMaxSharedMatMuls> jobs;
+  std::array<int64_t, kMaxSharedMatMuls + 1> first{};
+  size_t n_jobs = 0;
+  for (const MatMulOut& o : outs) {
+    if (o.n_out <= 0) continue;
+    if (n_in == 0) {  // empty sums; the prefill path would never touch Y
+      std::fill(o.y, o.y + n_tok * o.n_out, 0.0f);
+      continue;
+    }
+    jobs[n_jobs] = {
+        .kernels = &kernels,
+        .wt = o.wt,
+        .w = static_cast<const uint8_t*>(o.w),
+        .row_bytes = RowBytes(o.wt, n_in),
+        .n_out = o.n_out,
+        .n_in = n_in,
+        .x = x,
+        .xq = quantized(o) ? xq : nullptr,
+        .n_tok = n_tok,
+        .y = o.y,
+        .rows_per_task = n_tok == 1 ? kMatVecTaskRows : kMatMatTaskRows,
+    };
+    const MatMulJob& job = jobs[n_jobs];
+    first[n_jobs + 1] = first[n_jobs] + (job.n_out + job.rows_per_task - 1) / job.rows_per_task;
+    ++n_jobs;
+  }
+  const auto run = [&](int64_t task) {
+    size_t j = 0;
+    while (task >= first[j + 1]) ++j;
+    RunMatMulTask(jobs[j], task - first[j]);
   };
-  const int64_t n_tasks = (n_out + job.rows_per_task - 1) / job.rows_per_task;
+  const int64_t n_tasks = first[n_jobs];
   if (pool == nullptr) {
-    for (int64_t task = 0; task < n_tasks; ++task) RunMatMulTask(job, task);
+    for (int64_t task = 0; task < n_tasks; ++task) run(task);
     return;
   }
   // Capturing one reference keeps the std::function in its small buffer: no allocation.
-  pool->ParallelFor(n_tasks, [&job](int64_t task, int) { RunMatMulTask(job, task); });
+  pool->ParallelFor(n_tasks, [&run](int64_t task, int) { run(task); });
 }
 
 void MatMul_ref(DType wt, const void* w, int64_t n_out, int64_t n_in, const float* x, int64_t n_tok,

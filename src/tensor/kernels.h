@@ -3,7 +3,9 @@
 // supports, chosen once at run time. Tests compare every available set with the reference.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "tensor/dtype.h"
@@ -74,8 +76,22 @@ const KernelSet& ReferenceKernels();
 // `pool` may be nullptr (runs on the calling thread).
 void MatMul(DType wt, const void* w, int64_t n_out, int64_t n_in, const float* x, int64_t n_tok,
             float* y, ThreadPool* pool);
-// Same contract using the reference kernels on one thread (quantizing X the same way for Q8_0
-// and Q4_0 weights): the oracle for MatMul.
+// One weight matrix of a MatMulShared call, W: [n_out][n_in] of type wt, and its product
+// Y: [n_tok][n_out].
+struct MatMulOut {
+  DType wt;
+  const void* w;
+  int64_t n_out;
+  float* y;
+};
+constexpr size_t kMaxSharedMatMuls = 4;
+// MatMul of up to kMaxSharedMatMuls weight matrices with the same X (a layer's q, k and v;
+// its gate and up): X is quantized once, and the matrices' tasks go to the pool together, so
+// the threads meet once instead of once per matrix. Every Y is what MatMul gives, bit for bit.
+void MatMulShared(std::span<const MatMulOut> outs, int64_t n_in, const float* x, int64_t n_tok,
+                  ThreadPool* pool);
+// Same contract as MatMul using the reference kernels on one thread (quantizing X the same
+// way for Q8_0 and Q4_0 weights): the oracle for MatMul.
 void MatMul_ref(DType wt, const void* w, int64_t n_out, int64_t n_in, const float* x,
                 int64_t n_tok, float* y);
 

@@ -85,6 +85,8 @@ std::vector<const LevelKernels*> AvailableLevelKernels();
 // can run every level's tiles whichever is active.
 void MatMulWith(const LevelKernels& kernels, DType wt, const void* w, int64_t n_out, int64_t n_in,
                 const float* x, int64_t n_tok, float* y, ThreadPool* pool);
+void MatMulSharedWith(const LevelKernels& kernels, std::span<const MatMulOut> outs, int64_t n_in,
+                      const float* x, int64_t n_tok, ThreadPool* pool);
 
 // The best level of `supported` that the KVLLM_SIMD value `env` (nullptr when unset) allows.
 // Unknown values leave `supported` unchanged.

@@ -547,6 +547,41 @@ TEST(MatMulTest, MatchesReference) {
   }
 }
 
+// Several matrices against one X give what one MatMul each gives, bit for bit: the shared
+// quantized X and the joined task list change nothing. Mixed types (q, k and v may differ).
+TEST(MatMulTest, SharedProductsEqualSeparateOnes) {
+  ThreadPool pool(2);
+  constexpr int64_t kIn = 96;
+  const std::vector<DType> types = {DType::kQ4_0, DType::kF16, DType::kQ8_0, DType::kF32};
+  const std::vector<int64_t> n_outs = {67, 1, 33, 8};
+  std::vector<std::vector<uint8_t>> w(types.size());
+  for (size_t m = 0; m < types.size(); ++m) {
+    const std::vector<float> src = RandomFloats(kIn * n_outs[m], 40 + static_cast<int>(m));
+    w[m].resize(RowBytes(types[m], kIn) * n_outs[m]);
+    for (int64_t o = 0; o < n_outs[m]; ++o) {
+      QuantizeRow(types[m], src.data() + o * kIn, w[m].data() + o * RowBytes(types[m], kIn),
+                  kIn);
+    }
+  }
+  for (int64_t n_tok : {1, 5}) {
+    const std::vector<float> x = RandomFloats(n_tok * kIn, 50);
+    for (ThreadPool* p : {&pool, static_cast<ThreadPool*>(nullptr)}) {
+      std::vector<std::vector<float>> shared(types.size());
+      std::vector<MatMulOut> outs;
+      for (size_t m = 0; m < types.size(); ++m) {
+        shared[m].assign(n_tok * n_outs[m], std::nanf(""));
+        outs.push_back({types[m], w[m].data(), n_outs[m], shared[m].data()});
+      }
+      MatMulShared(outs, kIn, x.data(), n_tok, p);
+      for (size_t m = 0; m < types.size(); ++m) {
+        std::vector<float> alone(n_tok * n_outs[m]);
+        MatMul(types[m], w[m].data(), n_outs[m], kIn, x.data(), n_tok, alone.data(), p);
+        EXPECT_EQ(shared[m], alone) << DTypeName(types[m]) << " n_tok " << n_tok;
+      }
+    }
+  }
+}
+
 TEST(MatMulTest, WithoutPool) {
   for (DType t : kAllTypes) {
     ExpectMatMulMatches(t, 67, 96, 1, nullptr);

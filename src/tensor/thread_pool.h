@@ -23,7 +23,7 @@ class ThreadPool {
 
   int size() const;
   // Runs fn(task, thread) for task in [0, n_tasks); thread in [0, size()) identifies the worker
-  // (for per-thread scratch). Tasks are handed out dynamically.
+  // (for per-thread scratch). Tasks are handed out dynamically, a share of those left per claim.
   void ParallelFor(int64_t n_tasks, const std::function<void(int64_t task, int thread)>& fn);
 
  private:
