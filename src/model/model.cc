@@ -172,10 +172,7 @@ void Model::Forward(const ForwardBatch& batch, KVCache& kv, ThreadPool& pool, fl
     const MatMulOut gate_up[] = {{w.w_gate.type, w.w_gate.data, c.n_ff, gate_.data()},
                                  {w.w_up.type, w.w_up.data, c.n_ff, up_.data()}};
     MatMulShared(gate_up, e, h_.data(), n_tok, &pool);
-    for (int64_t i = 0; i < int64_t{n_tok} * c.n_ff; ++i) {
-      const float g = gate_[i];
-      gate_[i] = g / (1.0f + std::exp(-g)) * up_[i];
-    }
+    kern.swiglu(gate_.data(), up_.data(), int64_t{n_tok} * c.n_ff);
     MatMul(w.w_down.type, w.w_down.data, e, c.n_ff, gate_.data(), n_tok, h_.data(), &pool);
     for (int64_t i = 0; i < n_tok * e; ++i) x_[i] += h_[i];
   }

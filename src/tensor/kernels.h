@@ -55,6 +55,9 @@ struct KernelSet {
   // sum_b d_w[b] * xq[b].d * sum_j q_w[b][j] * xq[b].qs[j]  (the integer dot per block is exact)
   // for t with UsesQ8Activations(t).
   float (*dot_act)(DType t, const void* row, const BlockQ8Act* xq, int64_t n);
+  // gate[j] = silu(gate[j]) * up[j] = gate[j] / (1 + exp(-gate[j])) * up[j] for j < n (the
+  // feed-forward's SwiGLU). Within a few ulps of std::exp's.
+  void (*swiglu)(float* gate, const float* up, int64_t n);
 };
 
 // The best set this CPU supports (the environment variable KVLLM_SIMD=scalar|avx2|avx512 may

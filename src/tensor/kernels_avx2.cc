@@ -3,7 +3,6 @@
 // up (no std templates, no inline functions from shared headers): the linker might otherwise
 // keep this file's copy and run AVX2 code on a CPU without it.
 #include <immintrin.h>
-
 #include <cstring>
 
 #include "tensor/kernels_internal.h"
@@ -323,6 +322,24 @@ __m256 Exp(__m256 x) {
   const __m256i two_k = _mm256_slli_epi32(
       _mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(e_r, _mm256_castsi256_ps(two_k));
+}
+
+void SwiGlu(float* gate, const float* up, int64_t n) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + j);
+    const __m256 e = Exp(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    const __m256 silu = _mm256_div_ps(g, _mm256_add_ps(one, e));
+    _mm256_storeu_ps(gate + j, _mm256_mul_ps(silu, _mm256_loadu_ps(up + j)));
+  }
+  if (j < n) {  // the last n % 8 through a buffer: no access past either array's end
+    float g[8] = {}, u[8] = {};
+    std::memcpy(g, gate + j, (n - j) * sizeof(float));
+    std::memcpy(u, up + j, (n - j) * sizeof(float));
+    SwiGlu(g, u, 8);
+    std::memcpy(gate + j, g, (n - j) * sizeof(float));
+  }
 }
 
 float ExpSum(float* x, int64_t n, float shift) {
@@ -672,7 +689,7 @@ void DotTile(const TileArgs& a) {
 const LevelKernels& Avx2LevelKernels() {
   static constexpr LevelKernels kLevel = {
       {SimdLevel::kAvx2, &Dot, &Axpy, &Dequantize, &DotF32, &WeightedRows, &ExpSum,
-       &MaxF32, &ScoresF16T, &ScoresQ8T, &QuantizeAct, &DotAct},
+       &MaxF32, &ScoresF16T, &ScoresQ8T, &QuantizeAct, &DotAct, &SwiGlu},
       &DotTile,
       &DotActTile,
   };

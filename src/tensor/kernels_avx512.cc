@@ -312,6 +312,17 @@ __m512 Exp(__m512 x) {
   return _mm512_mul_ps(e_r, _mm512_castsi512_ps(two_k));
 }
 
+void SwiGlu(float* gate, const float* up, int64_t n) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 m = j + 16 <= n ? static_cast<__mmask16>(0xffff) : TailMask(n - j);
+    const __m512 g = _mm512_maskz_loadu_ps(m, gate + j);
+    const __m512 e = Exp(_mm512_sub_ps(_mm512_setzero_ps(), g));
+    const __m512 silu = _mm512_div_ps(g, _mm512_add_ps(one, e));
+    _mm512_mask_storeu_ps(gate + j, m, _mm512_mul_ps(silu, _mm512_maskz_loadu_ps(m, up + j)));
+  }
+}
+
 float ExpSum(float* x, int64_t n, float shift) {
   const __m512 vshift = _mm512_set1_ps(shift);
   __m512 sum = _mm512_setzero_ps();
@@ -713,7 +724,7 @@ void DotTile(const TileArgs& a) {
 const LevelKernels& Avx512LevelKernels() {
   static constexpr LevelKernels kLevel = {
       {SimdLevel::kAvx512, &Dot, &Axpy, &Dequantize, &DotF32, &WeightedRows, &ExpSum,
-       &MaxF32, &ScoresF16T, &ScoresQ8T, &QuantizeAct, &DotAct},
+       &MaxF32, &ScoresF16T, &ScoresQ8T, &QuantizeAct, &DotAct, &SwiGlu},
       &DotTile,
       &DotActTile,
   };

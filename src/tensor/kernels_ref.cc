@@ -76,6 +76,10 @@ void WeightedRows(const float* p, int64_t p_stride, int64_t n_g, const float* v,
   }
 }
 
+void SwiGlu(float* gate, const float* up, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) gate[j] = gate[j] / (1.0f + std::exp(-gate[j])) * up[j];
+}
+
 float ExpSum(float* x, int64_t n, float shift) {
   float sum = 0.0f;
   for (int64_t j = 0; j < n; ++j) sum += (x[j] = std::exp(x[j] - shift));
@@ -190,7 +194,7 @@ void DotActTile(const ActTileArgs& a) {
 const LevelKernels& ScalarLevelKernels() {
   static constexpr LevelKernels kLevel = {
       {SimdLevel::kScalar, &Dot, &Axpy, &Dequantize, &DotF32, &WeightedRows, &ExpSum,
-       &MaxF32, &ScoresF16T, &ScoresQ8T, &QuantizeAct, &DotAct},
+       &MaxF32, &ScoresF16T, &ScoresQ8T, &QuantizeAct, &DotAct, &SwiGlu},
       &DotTile,
       &DotActTile,
   };

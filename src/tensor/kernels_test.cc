@@ -351,6 +351,29 @@ TEST(KernelsTest, ScoresQ8TMatchesReference) {
   }
 }
 
+// SwiGLU over gate values from -90 (where exp(-g) would overflow a float) to 30.
+TEST(KernelsTest, SwiGluMatchesStdExp) {
+  for (const KernelSet* ks : AvailableKernelSets()) {
+    for (int64_t n : {0, 1, 7, 8, 9, 15, 16, 17, 33, 200}) {
+      std::vector<float> gate(n + 1, 42.0f), up(n);
+      for (int64_t j = 0; j < n; ++j) {
+        gate[j] = -90.0f + 120.0f * j / std::max<int64_t>(1, n - 1);
+        up[j] = 0.5f + 0.01f * j;
+      }
+      const std::vector<float> in(gate.begin(), gate.end() - 1);
+      ks->swiglu(gate.data(), up.data(), n);
+      for (int64_t j = 0; j < n; ++j) {
+        const double g = in[j];
+        const double want = g / (1.0 + std::exp(-g)) * up[j];
+        // Where exp(-g) overflows, 0 stands for a value below 1e-35.
+        ASSERT_NEAR(gate[j], want, 1e-6 * std::fabs(want) + 1e-35)
+            << SimdLevelName(ks->level) << " n=" << n << " g=" << g;
+      }
+      EXPECT_EQ(gate[n], 42.0f) << "wrote past gate";
+    }
+  }
+}
+
 // Softmax numerators: scores minus their max, from 0 down to where exp underflows.
 TEST(KernelsTest, ExpSumMatchesStdExp) {
   for (const KernelSet* ks : AvailableKernelSets()) {
