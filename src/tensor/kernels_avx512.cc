@@ -62,6 +62,10 @@ struct BF16Src {
   }
 };
 
+// How far ahead of the elements in use DotFloat asks for the row: decode runs it over
+// consecutive rows of a matrix, so this reaches into the next rows.
+constexpr int64_t kDotPrefetchBytes = 4096;
+
 template <class Src>
 float DotFloat(const typename Src::Elem* a, const float* x, int64_t n) {
   // Four accumulators keep four FMA chains in flight to cover the FMA latency.
@@ -81,6 +85,10 @@ float DotFloat(const typename Src::Elem* a, const float* x, int64_t n) {
     acc2 = _mm512_fmadd_ps(Src::LoadMasked(m, a), _mm512_maskz_loadu_ps(m, x), acc2);
   }
   for (; i + 64 <= n; i += 64) {
+    const char* ahead = reinterpret_cast<const char*>(a + i) + kDotPrefetchBytes;
+    for (size_t b = 0; b < 64 * sizeof(typename Src::Elem); b += 64) {
+      _mm_prefetch(ahead + b, _MM_HINT_T0);
+    }
     acc0 = _mm512_fmadd_ps(Src::Load(a + i), _mm512_loadu_ps(x + i), acc0);
     acc1 = _mm512_fmadd_ps(Src::Load(a + i + 16), _mm512_loadu_ps(x + i + 16), acc1);
     acc2 = _mm512_fmadd_ps(Src::Load(a + i + 32), _mm512_loadu_ps(x + i + 32), acc2);
