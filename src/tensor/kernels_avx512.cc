@@ -638,6 +638,18 @@ void ActTileRows(const ActTileArgs& a) {
 template <class Ints>
 void DotActTileBlocks(const ActTileArgs& a) {
   static_assert(kTileRows == 4);
+  if (a.n_tok == 1) {
+    // Decode: no token shares a loaded block, and one row after another is one sequential
+    // stream, which the memory system serves faster than a tile's rows side by side (Q8_0
+    // tg128 +8-10% in alternated runs). The same operations per (row, token) as in a tile.
+    const BlockQ8Act* xq[1] = {a.xq};
+    for (int r = 0; r < a.n_rows; ++r) {
+      const typename Ints::Block* row[1] = {
+          reinterpret_cast<const typename Ints::Block*>(a.w + r * a.row_bytes)};
+      ActTile<Ints, 1, 1>(row, xq, a.n, a.y + r, a.y_stride, kDotPrefetchBytes);
+    }
+    return;
+  }
   switch (a.n_rows) {
     case 4:
       return ActTileRows<Ints, 4>(a);
