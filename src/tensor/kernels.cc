@@ -128,12 +128,14 @@ BlockQ8Act* ActScratch(int64_t n_blocks) {
 // stay in L1/L2 while the tokens stream past them.
 void ActRows(const MatMulJob& job, int64_t begin, int64_t end) {
   const int64_t blocks = job.n_in / kQK;
-  for (int64_t g = begin; g < end; g += internal::kTileRows) {
+  // Decode: the task's rows in one call, which prepares the token's side once for them all.
+  const int64_t tile = job.n_tok == 1 ? end - begin : internal::kTileRows;
+  for (int64_t g = begin; g < end; g += tile) {
     job.kernels->dot_act_tile({
         .wt = job.wt,
         .w = job.w + g * job.row_bytes,
         .row_bytes = job.row_bytes,
-        .n_rows = static_cast<int>(std::min<int64_t>(internal::kTileRows, end - g)),
+        .n_rows = static_cast<int>(std::min<int64_t>(tile, end - g)),
         .xq = job.xq,
         .xq_stride = blocks,
         .n_tok = job.n_tok,

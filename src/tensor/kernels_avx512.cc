@@ -544,6 +544,39 @@ __m512 BroadcastScales(const uint16_t* d0, const uint16_t* d1) {
 // the even one in the low half: the unpacking, conversion and scaling of two blocks cost one
 // 512-bit instruction each instead of two 256-bit ones. Lane for lane they are the operations
 // of two 256-bit steps, so every sum is the same, bit for bit.
+// The activation side of a step: one token's pair of blocks i, i + 1 as ActTile uses them.
+struct ActPair {
+  __m512i x;
+  __m512i start;
+  __m512 dx;
+};
+
+template <class Ints>
+ActPair PrepareActPair(const BlockQ8Act* xq) {
+  ActPair p;
+  p.x = _mm512_inserti64x4(
+      _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[0].qs))),
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[1].qs)), 1);
+  p.start = Ints::Start2(p.x);
+  p.dx = _mm512_insertf32x8(_mm512_set1_ps(xq[0].d), _mm256_set1_ps(xq[1].d), 1);
+  return p;
+}
+
+// A last, odd block i of one row and token, added to the even blocks' accumulator.
+template <class Ints>
+__m256 AddOddLastBlock(const typename Ints::Block& w, const BlockQ8Act& xq, __m256 even) {
+  const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq.qs));
+  const __m256i dot = Ints::Dot(Ints::Start(x), Ints::Load(w), x);
+  const __m256 sum = _mm256_mul_ps(_mm256_cvtepi32_ps(dot), BroadcastScale(&w.d));
+  return _mm256_fmadd_ps(sum, _mm256_set1_ps(xq.d), even);
+}
+
+// The even blocks' sums in the low half of acc, the odd ones' in the high half.
+float SumHalves(__m256 even, __m512 acc) {
+  const __m256 odd = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1));
+  return HSum(_mm256_add_ps(even, odd));
+}
+
 template <class Ints, int R, int T>
 void ActTile(const typename Ints::Block* const rows[R], const BlockQ8Act* const xq[T], int64_t n,
              float* y, int64_t y_stride, int64_t ahead) {
@@ -554,16 +587,8 @@ void ActTile(const typename Ints::Block* const rows[R], const BlockQ8Act* const 
   const int64_t nb = n / kQK;
   int64_t i = 0;
   for (; i + 2 <= nb; i += 2) {
-    __m512i x[T];
-    __m512i start[T];
-    __m512 dx[T];
-    for (int t = 0; t < T; ++t) {
-      x[t] = _mm512_inserti64x4(
-          _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[t][i].qs))),
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[t][i + 1].qs)), 1);
-      start[t] = Ints::Start2(x[t]);
-      dx[t] = _mm512_insertf32x8(_mm512_set1_ps(xq[t][i].d), _mm256_set1_ps(xq[t][i + 1].d), 1);
-    }
+    ActPair p[T];
+    for (int t = 0; t < T; ++t) p[t] = PrepareActPair<Ints>(&xq[t][i]);
     for (int r = 0; r < R; ++r) {
       // A pair is 36 (Q4_0) or 68 (Q8_0) bytes: one prefetch per 64-byte line at most.
       const char* pair = reinterpret_cast<const char*>(&rows[r][i]);
@@ -572,8 +597,9 @@ void ActTile(const typename Ints::Block* const rows[R], const BlockQ8Act* const 
       const __m512i w = Ints::Load2(&rows[r][i]);
       const __m512 dw = BroadcastScales(&rows[r][i].d, &rows[r][i + 1].d);
       for (int t = 0; t < T; ++t) {
-        const __m512 sum = _mm512_mul_ps(_mm512_cvtepi32_ps(Ints::Dot2(start[t], w, x[t])), dw);
-        acc[r][t] = _mm512_fmadd_ps(sum, dx[t], acc[r][t]);
+        const __m512 sum =
+            _mm512_mul_ps(_mm512_cvtepi32_ps(Ints::Dot2(p[t].start, w, p[t].x)), dw);
+        acc[r][t] = _mm512_fmadd_ps(sum, p[t].dx, acc[r][t]);
       }
     }
   }
@@ -583,21 +609,13 @@ void ActTile(const typename Ints::Block* const rows[R], const BlockQ8Act* const 
   }
   if (i < nb) {  // an odd last block joins the even ones
     for (int t = 0; t < T; ++t) {
-      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[t][i].qs));
-      const __m256i start = Ints::Start(x);
       for (int r = 0; r < R; ++r) {
-        const __m256i dot = Ints::Dot(start, Ints::Load(rows[r][i]), x);
-        const __m256 sum = _mm256_mul_ps(_mm256_cvtepi32_ps(dot), BroadcastScale(&rows[r][i].d));
-        even[r][t] = _mm256_fmadd_ps(sum, _mm256_set1_ps(xq[t][i].d), even[r][t]);
+        even[r][t] = AddOddLastBlock<Ints>(rows[r][i], xq[t][i], even[r][t]);
       }
     }
   }
   for (int r = 0; r < R; ++r) {
-    for (int t = 0; t < T; ++t) {
-      const __m256 odd =
-          _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r][t]), 1));
-      y[t * y_stride + r] = HSum(_mm256_add_ps(even[r][t], odd));
-    }
+    for (int t = 0; t < T; ++t) y[t * y_stride + r] = SumHalves(even[r][t], acc[r][t]);
   }
 }
 
@@ -635,13 +653,17 @@ void ActTileRows(const ActTileArgs& a) {
   }
 }
 
+// Most pairs of activation blocks DecodeRows prepares (16,384 columns, 48 KiB of stack).
+constexpr int64_t kMaxPreparedPairs = 256;
+
+// Decode: the rows one after another, one sequential stream, which the memory system serves
+// faster than a tile's rows side by side (Q8_0 tg128 +8-10% in alternated runs), against one
+// token whose activation side of each pair of blocks is prepared once for all the rows.
+// Operation for operation ActTile<Ints, 1, 1>, so a row's sum is a tile's, bit for bit.
 template <class Ints>
-void DotActTileBlocks(const ActTileArgs& a) {
-  static_assert(kTileRows == 4);
-  if (a.n_tok == 1) {
-    // Decode: no token shares a loaded block, and one row after another is one sequential
-    // stream, which the memory system serves faster than a tile's rows side by side (Q8_0
-    // tg128 +8-10% in alternated runs). The same operations per (row, token) as in a tile.
+void DecodeRows(const ActTileArgs& a) {
+  const int64_t nb = a.n / kQK, pairs = nb / 2;
+  if (pairs > kMaxPreparedPairs) {
     const BlockQ8Act* xq[1] = {a.xq};
     for (int r = 0; r < a.n_rows; ++r) {
       const typename Ints::Block* row[1] = {
@@ -650,6 +672,33 @@ void DotActTileBlocks(const ActTileArgs& a) {
     }
     return;
   }
+  ActPair prep[kMaxPreparedPairs];
+  for (int64_t p = 0; p < pairs; ++p) prep[p] = PrepareActPair<Ints>(&a.xq[2 * p]);
+  for (int r = 0; r < a.n_rows; ++r) {
+    const auto* row = reinterpret_cast<const typename Ints::Block*>(a.w + r * a.row_bytes);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t p = 0; p < pairs; ++p) {
+      const char* pair = reinterpret_cast<const char*>(&row[2 * p]);
+      _mm_prefetch(pair + kDotPrefetchBytes, _MM_HINT_T0);
+      if (sizeof(typename Ints::Block) * 2 > 64) {
+        _mm_prefetch(pair + kDotPrefetchBytes + 64, _MM_HINT_T0);
+      }
+      const __m512i w = Ints::Load2(&row[2 * p]);
+      const __m512 dw = BroadcastScales(&row[2 * p].d, &row[2 * p + 1].d);
+      const __m512 sum =
+          _mm512_mul_ps(_mm512_cvtepi32_ps(Ints::Dot2(prep[p].start, w, prep[p].x)), dw);
+      acc = _mm512_fmadd_ps(sum, prep[p].dx, acc);
+    }
+    __m256 even = _mm512_castps512_ps256(acc);
+    if (nb % 2 != 0) even = AddOddLastBlock<Ints>(row[nb - 1], a.xq[nb - 1], even);
+    a.y[r] = SumHalves(even, acc);
+  }
+}
+
+template <class Ints>
+void DotActTileBlocks(const ActTileArgs& a) {
+  static_assert(kTileRows == 4);
+  if (a.n_tok == 1) return DecodeRows<Ints>(a);
   switch (a.n_rows) {
     case 4:
       return ActTileRows<Ints, 4>(a);

@@ -32,8 +32,9 @@ using DotTileFn = void (*)(const TileArgs& args);
 
 // The same for Q8_0 / Q4_0 weight rows against quantized activations:
 //   y[t * y_stride + r] = dot_act(wt, w + r * row_bytes, xq + t * xq_stride, n)
-// for r < n_rows (1..kTileRows) and t < n_tok, each bit-identical to that dot_act call, so a
-// token's result does not depend on how many tokens share the tile.
+// for r < n_rows (1..kTileRows, or any number when n_tok is 1) and t < n_tok, each
+// bit-identical to that dot_act call, so a token's result does not depend on how many tokens
+// share the tile.
 struct ActTileArgs {
   DType wt;
   const uint8_t* w;
