@@ -501,24 +501,29 @@ TEST(KernelsTest, DotActAtIntegerExtremes) {
 // sequences together, and a greedy token must be the same as when the sequence runs alone.
 TEST(MatMulTest, QuantizedWeightsGiveEachTokenTheSameBitsInAnyBatch) {
   ThreadPool pool(2);
-  constexpr int64_t kOut = 67, kIn = 2080, kTok = 9;
-  for (DType t : kQ8ActTypes) {
-    std::vector<uint8_t> w(RowBytes(t, kIn) * kOut);
-    const std::vector<float> w_src = RandomFloats(kIn * kOut, 25);
-    for (int64_t o = 0; o < kOut; ++o) {
-      QuantizeRow(t, w_src.data() + o * kIn, w.data() + o * RowBytes(t, kIn), kIn);
-    }
-    const std::vector<float> x = RandomFloats(kTok * kIn, 26);
-    for (const internal::LevelKernels* level : internal::AvailableLevelKernels()) {
-      std::vector<float> batch(kTok * kOut);
-      internal::MatMulWith(*level, t, w.data(), kOut, kIn, x.data(), kTok, batch.data(), &pool);
-      for (int64_t tok = 0; tok < kTok; ++tok) {
-        std::vector<float> alone(kOut);
-        internal::MatMulWith(*level, t, w.data(), kOut, kIn, x.data() + tok * kIn, 1,
-                             alone.data(), &pool);
-        for (int64_t o = 0; o < kOut; ++o) {
-          ASSERT_EQ(alone[o], batch[tok * kOut + o])
-              << SimdLevelName(level->set.level) << " " << DTypeName(t) << " token " << tok;
+  constexpr int64_t kOut = 67, kTok = 9;
+  // An odd number of blocks; then rows at and past what the AVX-512 decode prepares at once
+  // (256 pairs of blocks: 16,416 columns hold 256 pairs and one block more, 16,480 257 pairs).
+  for (int64_t n_in : {2080, 16416, 16480}) {
+    for (DType t : kQ8ActTypes) {
+      std::vector<uint8_t> w(RowBytes(t, n_in) * kOut);
+      const std::vector<float> w_src = RandomFloats(n_in * kOut, 25);
+      for (int64_t o = 0; o < kOut; ++o) {
+        QuantizeRow(t, w_src.data() + o * n_in, w.data() + o * RowBytes(t, n_in), n_in);
+      }
+      const std::vector<float> x = RandomFloats(kTok * n_in, 26);
+      for (const internal::LevelKernels* level : internal::AvailableLevelKernels()) {
+        std::vector<float> batch(kTok * kOut);
+        internal::MatMulWith(*level, t, w.data(), kOut, n_in, x.data(), kTok, batch.data(), &pool);
+        for (int64_t tok = 0; tok < kTok; ++tok) {
+          std::vector<float> alone(kOut);
+          internal::MatMulWith(*level, t, w.data(), kOut, n_in, x.data() + tok * n_in, 1,
+                               alone.data(), &pool);
+          for (int64_t o = 0; o < kOut; ++o) {
+            ASSERT_EQ(alone[o], batch[tok * kOut + o])
+                << SimdLevelName(level->set.level) << " " << DTypeName(t) << " token " << tok
+                << " n_in " << n_in;
+          }
         }
       }
     }
