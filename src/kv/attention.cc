@@ -183,7 +183,10 @@ void AttendRange(const AttentionArgs& a, int32_t lo, int32_t hi, float* acc_out,
       ForEachPiece(chunk0, chunk_end, bs, [&](int32_t b, int32_t slot0, int32_t n, int32_t off) {
         // One chunk ahead: at 16 slots a block, 4 blocks (2 KiB of K and of V each) are in
         // flight while this one is read.
-        if ((b + ahead) * bs < end) PrefetchBlock(a, table.blocks[b + ahead]);
+        if ((b + ahead) * bs < end &&
+            table.blocks[b + ahead].value != table.blocks[b + ahead - 1].value + 1) {
+          PrefetchBlock(a, table.blocks[b + ahead]);
+        }
         KBlock kb{a.kv->KHead(table.blocks[b], a.layer, a.kv_head), nullptr};
         if (b == staged.block_idx) kb.rows = staged.rows + int64_t{a.kv_head} * bs * d;
         KScores(a, kb, slot0, n, q, s, s.scores + off, cap);
