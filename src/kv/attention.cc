@@ -28,8 +28,8 @@ struct Scratch {
   float* q_min;       // [n_group] q · the block's channel minima
   float* chan_scale;  // [head_dim]
   float* chan_min;    // [head_dim]
-  // [block_size][head_dim] a block's K codes or V rows as floats, all unpacked before any is
-  // read (reading a row right after writing it stalls on store forwarding)
+  // [ChunkSlots][head_dim] a block's K codes or a chunk's V rows as floats, all unpacked
+  // before any is read (reading a row right after writing it stalls on store forwarding)
   float* rows;
 
   Scratch(float* p, int32_t n_group, int32_t block_size, int32_t head_dim) {
@@ -50,7 +50,7 @@ struct Scratch {
 int64_t ScratchFloats(int32_t n_group, int32_t block_size, int32_t head_dim) {
   const int64_t g = n_group, d = head_dim;
   return g * ChunkSlots(block_size) + g * block_size + 2 * g + 2 * g * d + g + 2 * d +
-         int64_t{block_size} * d;
+         int64_t{ChunkSlots(block_size)} * d;
 }
 
 // Where one block's K of the attended head is read from, for slots [slot0, slot0 + n).
@@ -106,24 +106,21 @@ void KScores(const AttentionArgs& a, const KBlock& kb, int32_t slot0, int32_t n,
   }
 }
 
-// out[g] += Σ_j p[g * stride + j] · v_{slot0 + j} for j < n, from a block's V rows of the
-// attended head. The rows become floats once (s.rows, free again once KScores is done with
-// it) for the whole group.
-void AddValues(const AttentionArgs& a, const uint8_t* v_rows, int32_t slot0, int32_t n,
-               const float* p, int32_t stride, float* out, Scratch& s) {
-  const KernelSet& kern = Kernels();
+// rows[j] = v_{slot0 + j} as floats for j < n, from a block's V rows of the attended head.
+void DequantizeValues(const AttentionArgs& a, const uint8_t* v_rows, int32_t slot0, int32_t n,
+                      float* rows) {
   const KVLayout& lay = a.kv->layout();
   const KVFormat f = lay.v_format();
   const int32_t d = lay.shape().head_dim;
   if (f.is_kivi()) {
     for (int32_t j = 0; j < n; ++j) {
       kivi::DequantizeVRow(f.bits(), v_rows + (slot0 + j) * lay.v_row_bytes(),
-                           s.rows + int64_t{j} * d, d);
+                           rows + int64_t{j} * d, d);
     }
   } else {
-    kern.dequantize(f.row_type(), v_rows + slot0 * lay.v_row_bytes(), s.rows, int64_t{n} * d);
+    Kernels().dequantize(f.row_type(), v_rows + slot0 * lay.v_row_bytes(), rows,
+                         int64_t{n} * d);
   }
-  kern.weighted_rows(p, stride, a.n_group, s.rows, n, d, out);
 }
 
 // Asks for the attended head's K and V in block `id` ahead of use: a sequence's blocks are
@@ -202,10 +199,14 @@ void AttendRange(const AttentionArgs& a, int32_t lo, int32_t hi, float* acc_out,
         run_max[g] = m_new;
         run_sum[g] = run_sum[g] * correction + kern.exp_sum(sc, len, m_new);
       }
+      // The chunk's V rows become floats once (s.rows, free again once KScores is done with
+      // it), then one weighted sum over the whole chunk for the group: the outputs are loaded
+      // and stored once per chunk, not once per block.
       ForEachPiece(chunk0, chunk_end, bs, [&](int32_t b, int32_t slot0, int32_t n, int32_t off) {
-        AddValues(a, a.kv->VHead(table.blocks[b], a.layer, a.kv_head), slot0, n, s.scores + off,
-                  cap, acc_out, s);
+        DequantizeValues(a, a.kv->VHead(table.blocks[b], a.layer, a.kv_head), slot0, n,
+                         s.rows + int64_t{off} * d);
       });
+      kern.weighted_rows(s.scores, cap, a.n_group, s.rows, len, d, acc_out);
       chunk0 = chunk_end;
     }
   }
