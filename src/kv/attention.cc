@@ -74,7 +74,8 @@ void KScores(const AttentionArgs& a, const KBlock& kb, int32_t slot0, int32_t n,
       kern.scores_f16t(reinterpret_cast<const uint16_t*>(kb.tile) + slot0, lay.block_size(), n, q,
                        a.n_group, d, a.scale, scores, stride);
     } else {
-      kern.scores_q8t(kb.tile, lay.block_size(), slot0, n, q, a.n_group, d, a.scale, scores, stride);
+      kern.scores_q8t(kb.tile, lay.block_size(), slot0, n, q, a.n_group, d, a.scale, scores,
+                      stride);
     }
     return;
   }
@@ -178,8 +179,8 @@ void AttendRange(const AttentionArgs& a, int32_t lo, int32_t hi, float* acc_out,
       const int32_t chunk_end = std::min(end, (chunk0 + cap) / bs * bs);
       const int32_t len = chunk_end - chunk0;
       ForEachPiece(chunk0, chunk_end, bs, [&](int32_t b, int32_t slot0, int32_t n, int32_t off) {
-        // One chunk ahead: at 16 slots a block, 4 blocks (2 KiB of K and of V each) are in
-        // flight while this one is read.
+        // One chunk ahead (at 16 slots a block, 4 blocks of 2 KiB of K and of V each), for a
+        // block that does not follow its predecessor in the pool.
         if ((b + ahead) * bs < end &&
             table.blocks[b + ahead].value != table.blocks[b + ahead - 1].value + 1) {
           PrefetchBlock(a, table.blocks[b + ahead]);
