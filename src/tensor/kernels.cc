@@ -125,7 +125,8 @@ BlockQ8Act* ActScratch(int64_t n_blocks) {
 
 // Quantized weights: every output as one dot_act (bit for bit), through tiles of up to 4 rows
 // x 2 tokens so that each block loaded serves several outputs. A task's rows (16 x n_in bytes)
-// stay in L1/L2 while the tokens stream past them.
+// stay in L1/L2 while the tokens stream past them. Decode hands the level all of a task's
+// rows at once.
 void ActRows(const MatMulJob& job, int64_t begin, int64_t end) {
   const int64_t blocks = job.n_in / kQK;
   // Decode: the task's rows in one call, which prepares the token's side once for them all.

@@ -630,8 +630,8 @@ float DotActBlocks(const void* row, const BlockQ8Act* xq, int64_t n) {
   return y;
 }
 
-// Up to 4 rows x 2 tokens: 16 accumulators, the loaded blocks and the sign-moved copies fit
-// the 32 vector registers.
+// Up to 4 rows x 2 tokens: 8 accumulators, each token's prepared pair (3 registers) and the
+// loaded pair of blocks fit the 32 vector registers.
 template <class Ints, int R>
 void ActTileRows(const ActTileArgs& a) {
   const typename Ints::Block* rows[R];

@@ -62,9 +62,9 @@ struct ThreadPool::Impl {
   explicit Impl(int n_threads) : size(n_threads) {}
 
   // Claims and runs tasks of the current job until none is left. A claim takes a share of
-  // the tasks left (guided scheduling): each claim moves the counter's cache line between
-  // cores, which costs about as much as a decode task, so claims are made few, while the
-  // last ones are single tasks that let the threads finish together.
+  // the tasks left (guided scheduling): every claim and every count of finished tasks moves a
+  // cache line between the cores, so claims are made few, while the last ones are single
+  // tasks that let the threads finish together.
   void RunTasks(int thread) {
     for (;;) {
       uint64_t word = task_word.load();
