@@ -5,6 +5,7 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -32,8 +33,8 @@ std::vector<uint8_t> RandomRows(DType t, int64_t rows, int64_t n) {
   return out;
 }
 
-std::vector<float> RandomFloats(int64_t n) {
-  std::mt19937 rng(2);
+std::vector<float> RandomFloats(int64_t n, uint32_t seed = 2) {
+  std::mt19937 rng(seed);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   std::vector<float> x(n);
   for (float& v : x) v = dist(rng);
@@ -78,43 +79,88 @@ void BM_MatMul(benchmark::State& state) {
   state.SetLabel(Label(t));
 }
 
+// A cache of `layers` x `heads` KV heads of 64 dimensions in 16-slot blocks, holding one
+// sequence of `depth` tokens whose rows cycle through a few random ones.
+struct AttentionCache {
+  static constexpr int32_t kGroup = 8, kHeadDim = 64, kBlock = 16;
+  KVLayout layout;
+  std::unique_ptr<KVCache> kv;
+  const SeqId seq{0};
+
+  AttentionCache(const KVFormat& format, int32_t layers, int32_t heads, int32_t depth)
+      : layout(KVLayout::Make(KVShape{layers, heads, kHeadDim}, kBlock, format, format).value()),
+        kv(std::make_unique<KVCache>(layout, depth / kBlock + 1)) {
+    kv->Append(seq, depth);
+    std::vector<std::vector<float>> rows;
+    for (int i = 0; i < 7; ++i) rows.push_back(RandomFloats(heads * kHeadDim, 10 + i));
+    for (int32_t layer = 0; layer < layers; ++layer) {
+      for (int32_t pos = 0; pos < depth; ++pos) {
+        kv->WriteK(seq, layer, pos, rows[pos % 7].data());
+        kv->WriteV(seq, layer, pos, rows[(pos + 3) % 7].data());
+      }
+    }
+  }
+  AttentionArgs Args(int32_t layer, int32_t head, int32_t depth, const float* q) const {
+    return AttentionArgs{kv.get(), seq, layer, head, kGroup, 0.125f, {{0, depth, q}}, 1};
+  }
+  int64_t KVBytes(int32_t depth) const {
+    return int64_t{depth} *
+           static_cast<int64_t>(2 * RowBytes(layout.k_format().row_type(), kHeadDim));
+  }
+};
+
+const char* const kAttentionFormats[] = {"f16", "q8_0"};
+
 // One decode step's attention for one KV head and its query group (TinyLlama: 8 query heads of
 // 64 per KV head) over `depth` cached tokens, on one thread. bytes_per_second counts the K and
 // V bytes read. Args: kv format index (f16, q8_0), depth, layers: with 1 (one KV head) the
 // cache stays in L2; with 22 (TinyLlama's 22 layers x 4 KV heads, 88 MiB of f16 KV at 4096)
 // each call attends the next (layer, head), so K and V come from memory as in decode.
 void BM_Attention(benchmark::State& state) {
-  const char* kFormats[] = {"f16", "q8_0"};
-  const KVFormat format = *KVFormat::FromName(kFormats[state.range(0)]);
+  const char* name = kAttentionFormats[state.range(0)];
   const int32_t depth = static_cast<int32_t>(state.range(1));
   const int32_t layers = static_cast<int32_t>(state.range(2));
   const int32_t heads = layers == 1 ? 1 : 4;
-  constexpr int32_t kGroup = 8, kHeadDim = 64, kBlock = 16;
-  auto layout = KVLayout::Make(KVShape{layers, heads, kHeadDim}, kBlock, format, format);
-  KVCache kv(*layout, depth / kBlock + 1);
-  const SeqId seq(0);
-  kv.Append(seq, depth);
-  const std::vector<float> kvrow = RandomFloats(heads * kHeadDim);
-  for (int32_t layer = 0; layer < layers; ++layer) {
-    for (int32_t pos = 0; pos < depth; ++pos) {
-      kv.WriteK(seq, layer, pos, kvrow.data());
-      kv.WriteV(seq, layer, pos, kvrow.data());
-    }
-  }
-  const std::vector<float> q = RandomFloats(kGroup * kHeadDim);
-  std::vector<float> out(kGroup * kHeadDim);
-  std::vector<float> scratch(AttentionScratchFloats(kv.layout(), kGroup));
+  const AttentionCache cache(*KVFormat::FromName(name), layers, heads, depth);
+  const std::vector<float> q = RandomFloats(AttentionCache::kGroup * AttentionCache::kHeadDim);
+  std::vector<float> out(q.size());
+  std::vector<float> scratch(AttentionScratchFloats(cache.layout, AttentionCache::kGroup));
   int32_t next = 0;
   for (auto _ : state) {
-    const AttentionArgs args{&kv,   seq, next / heads, next % heads, kGroup, 0.125f,
-                             {{0, depth, q.data()}}, 1};
-    AttendGroup(args, out.data(), scratch.data());
+    AttendGroup(cache.Args(next / heads, next % heads, depth, q.data()), out.data(),
+                scratch.data());
     benchmark::DoNotOptimize(out.data());
     next = (next + 1) % (layers * heads);
   }
-  state.SetBytesProcessed(state.iterations() * int64_t{depth} *
-                          static_cast<int64_t>(2 * RowBytes(format.row_type(), kHeadDim)));
-  state.SetLabel(std::string(kFormats[state.range(0)]) + "/" + SimdLevelName(Kernels().level));
+  state.SetBytesProcessed(state.iterations() * cache.KVBytes(depth));
+  state.SetLabel(std::string(name) + "/" + SimdLevelName(Kernels().level));
+}
+
+// A whole TinyLlama decode step's attention at `depth`: 22 layers, each with its 4 KV heads
+// attended by `threads` threads as the model does, both cores streaming K and V from memory.
+// Args: kv format index, depth, threads.
+void BM_AttentionStep(benchmark::State& state) {
+  constexpr int32_t kLayers = 22, kHeads = 4;
+  const char* name = kAttentionFormats[state.range(0)];
+  const int32_t depth = static_cast<int32_t>(state.range(1));
+  ThreadPool pool(static_cast<int>(state.range(2)));
+  const AttentionCache cache(*KVFormat::FromName(name), kLayers, kHeads, depth);
+  const int64_t group_floats = AttentionCache::kGroup * AttentionCache::kHeadDim;
+  const std::vector<float> q = RandomFloats(kHeads * group_floats);
+  std::vector<float> out(q.size());
+  const int64_t scratch_floats = AttentionScratchFloats(cache.layout, AttentionCache::kGroup);
+  std::vector<float> scratch(scratch_floats * pool.size());
+  for (auto _ : state) {
+    for (int32_t layer = 0; layer < kLayers; ++layer) {
+      pool.ParallelFor(kHeads, [&](int64_t h, int thread) {
+        AttendGroup(cache.Args(layer, static_cast<int32_t>(h), depth, &q[h * group_floats]),
+                    &out[h * group_floats], &scratch[thread * scratch_floats]);
+      });
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetBytesProcessed(state.iterations() * kLayers * kHeads * cache.KVBytes(depth));
+  state.SetLabel(std::string(name) + "/" + SimdLevelName(Kernels().level));
 }
 
 // Overhead of one ParallelFor with trivial tasks. Args: threads.
@@ -148,6 +194,12 @@ BENCHMARK(BM_Attention)
     ->ArgNames({"kv", "depth", "layers"})
     ->ArgsProduct({{0, 1}, {4096}, {1, 22}})
     ->Unit(benchmark::kMicrosecond);
+
+BENCHMARK(BM_AttentionStep)
+    ->ArgNames({"kv", "depth", "threads"})
+    ->ArgsProduct({{0, 1}, {4096}, {2}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 BENCHMARK(BM_ParallelFor)->ArgNames({"threads"})->Arg(1)->Arg(2)->UseRealTime();
 

@@ -117,6 +117,39 @@ TEST(AttentionTest, F16AndMixedFormats) {
   CheckAgainstReference(16, DType::kF16, DType::kF32, 33, 3);
 }
 
+// A sequence whose blocks lie in the pool in runs of adjacent ids broken by another
+// sequence's blocks (as after interleaved requests): K and V read over a run at once, and
+// across a break from the next block, match the reference.
+TEST(AttentionTest, BlocksScatteredThroughThePoolMatchReference) {
+  constexpr int32_t kBs = 16;
+  const std::pair<KVFormat, KVFormat> formats[] = {{DType::kF16, DType::kF16},
+                                                   {DType::kQ8_0, DType::kQ8_0},
+                                                   {DType::kF32, DType::kBF16}};
+  for (const auto& [kf, vf] : formats) {
+    SCOPED_TRACE(std::string(kf.name()) + "/" + vf.name());
+    auto layout = KVLayout::Make(KVShape{kLayers, kHeads, kHeadDim}, kBs, kf, vf);
+    ASSERT_TRUE(layout.ok());
+    KVCache kv(layout.value(), 64);
+    const SeqId seq(0), other(1);
+    // Blocks of seq in runs of 1, 3, 2, 5, 1 (the last one partly filled), each run followed
+    // by one block of the other sequence.
+    int32_t n_ctx = 0;
+    for (int32_t run : {1, 3, 2, 5, 1}) {
+      const int32_t slots = run == 1 && n_ctx > 0 ? 7 : run * kBs;
+      kv.Append(seq, slots);
+      n_ctx += slots;
+      kv.Append(other, kBs);
+    }
+    const BlockTable& table = kv.Table(seq);
+    ASSERT_NE(table.blocks[1].value, table.blocks[0].value + 1);
+    ASSERT_EQ(table.blocks[2].value, table.blocks[1].value + 1);
+    std::mt19937 rng(7);
+    for (int32_t pos = 0; pos < n_ctx; ++pos) WriteToken(kv, seq, pos, RandomToken(rng));
+    for (int32_t g : {1, 8}) ExpectMatchesReference(kv, seq, n_ctx, g, 1, rng);
+    ExpectMatchesReference(kv, seq, n_ctx, 2, 2, rng);
+  }
+}
+
 // Every K format with every V format: the result equals attention over the values the cache
 // holds (a partial last block included, which a KIVI K still holds in f16).
 TEST(AttentionTest, EveryFormatPairMatchesAttentionOverItsDequantizedValues) {

@@ -31,20 +31,23 @@ struct KernelSet {
   void (*dequantize)(DType t, const void* row, float* y, int64_t n);
   // sum_j a[j] * b[j]
   float (*dot_f32)(const float* a, const float* b, int64_t n);
-  // y[g][i] += sum_j p[g * p_stride + j] * v[j][i]  for g < n_g, j < n, i < d; f32, v and y
-  // with row stride d (attention's probabilities times V rows).
-  void (*weighted_rows)(const float* p, int64_t p_stride, int64_t n_g, const float* v, int64_t n,
-                        int64_t d, float* y);
+  // y[g][i] += sum_j p[g * p_stride + j] * v[j][i]  for g < n_g, j < n, i < d; v and y with
+  // row stride d, v of type vt (F32, F16 or BF16; attention's probabilities times V rows, read
+  // in place from an f16 cache).
+  void (*weighted_rows)(const float* p, int64_t p_stride, int64_t n_g, DType vt, const void* v,
+                        int64_t n, int64_t d, float* y);
   // x[j] = exp(x[j] - shift) for j < n; returns sum_j x[j] (softmax's numerators; x[j] <= shift
   // in use). Within a few ulps of std::exp.
   float (*exp_sum)(float* x, int64_t n, float shift);
   // max_j x[j] for j < n (n >= 1; the scores' max before exp_sum).
   float (*max_f32)(const float* x, int64_t n);
-  // s[g * s_stride + j] = scale * sum_i q[g * d + i] * k[i * ld + j]  for g < n_g, j < n, i < d:
-  // attention scores against an f16 K stored dimension-major (a slot's d values ld apart), so
-  // that a vector holds one dimension of many slots and the scores need no horizontal sums.
-  void (*scores_f16t)(const uint16_t* k, int64_t ld, int64_t n, const float* q, int64_t n_g,
-                      int64_t d, float scale, float* s, int64_t s_stride);
+  // s[g * s_stride + j] = scale * sum_i q[g * d + i] * K[first + j][i]  for g < n_g, j < n,
+  // i < d: attention scores against an f16 K stored dimension-major in tiles of ld slots
+  // ([tile][d][ld] from k, so that a vector holds one dimension of many slots and the scores
+  // need no horizontal sums). Slot t's dimension i is k[(t / ld) * ld * d + i * ld + t % ld]:
+  // the n slots may run on from one tile into the ones after it (a run of adjacent blocks).
+  void (*scores_f16t)(const uint16_t* k, int64_t ld, int64_t first, int64_t n, const float* q,
+                      int64_t n_g, int64_t d, float scale, float* s, int64_t s_stride);
   // The same against a Q8_0 K stored dimension-major (Q8DimsLayout): for each group of 32
   // dimensions, ld f16 scales (one per slot), then 32 rows of ld int8 codes; the n slots start
   // at slot `first`. s = scale * sum_groups d[slot] * sum_i q[i] * code[i][slot].

@@ -242,17 +242,18 @@ void Dequantize(DType t, const void* row, float* y, int64_t n) {
 float DotF32(const float* a, const float* b, int64_t n) { return DotFloat<F32Src>(a, b, n); }
 
 // G heads' y over 4 vectors of 8 columns stay in registers while every row of v adds into
-// them: each v vector loaded serves G FMAs, and 4 * G independent chains cover the FMA latency.
-template <int G>
-void WeightedStrip(const float* p, int64_t p_stride, const float* v, int64_t n, int64_t d,
-                   float* y) {
+// them: each v vector loaded (and widened from Src's type) serves G FMAs, and 4 * G independent
+// chains cover the FMA latency.
+template <class Src, int G>
+void WeightedStrip(const float* p, int64_t p_stride, const typename Src::Elem* v, int64_t n,
+                   int64_t d, float* y) {
   __m256 acc[G][4];
   for (int g = 0; g < G; ++g) {
     for (int c = 0; c < 4; ++c) acc[g][c] = _mm256_loadu_ps(y + g * d + 8 * c);
   }
   for (int64_t j = 0; j < n; ++j) {
     __m256 vj[4];
-    for (int c = 0; c < 4; ++c) vj[c] = _mm256_loadu_ps(v + j * d + 8 * c);
+    for (int c = 0; c < 4; ++c) vj[c] = Src::Load(v + j * d + 8 * c);
     for (int g = 0; g < G; ++g) {
       const __m256 pj = _mm256_set1_ps(p[g * p_stride + j]);
       for (int c = 0; c < 4; ++c) acc[g][c] = _mm256_fmadd_ps(pj, vj[c], acc[g][c]);
@@ -264,12 +265,13 @@ void WeightedStrip(const float* p, int64_t p_stride, const float* v, int64_t n, 
 }
 
 // Columns of one head past the 32-column strips: 8 at a time, then the tail.
-void WeightedColumns(const float* pg, const float* v, int64_t n, int64_t d, int64_t i,
-                     float* yg) {
+template <class Src>
+void WeightedColumns(const float* pg, const typename Src::Elem* v, int64_t n, int64_t d,
+                     int64_t i, float* yg) {
   for (; i + 8 <= d; i += 8) {
     __m256 acc = _mm256_loadu_ps(yg + i);
     for (int64_t j = 0; j < n; ++j) {
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(pg[j]), _mm256_loadu_ps(v + j * d + i), acc);
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(pg[j]), Src::Load(v + j * d + i), acc);
     }
     _mm256_storeu_ps(yg + i, acc);
   }
@@ -277,28 +279,44 @@ void WeightedColumns(const float* pg, const float* v, int64_t n, int64_t d, int6
     const int64_t r = d - i;
     __m256 acc = LoadTail<F32Src>(yg + i, r);
     for (int64_t j = 0; j < n; ++j) {
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(pg[j]), LoadTail<F32Src>(v + j * d + i, r), acc);
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(pg[j]), LoadTail<Src>(v + j * d + i, r), acc);
     }
     StoreTail(yg + i, acc, r);
   }
 }
 
 // Pairs of heads through strips of 32 columns (8 chains), a last odd head alone.
-void WeightedRows(const float* p, int64_t p_stride, int64_t n_g, const float* v, int64_t n,
-                  int64_t d, float* y) {
+template <class Src>
+void WeightedRowsOf(const float* p, int64_t p_stride, int64_t n_g, const void* v_bytes,
+                    int64_t n, int64_t d, float* y) {
+  const auto* v = static_cast<const typename Src::Elem*>(v_bytes);
   const int64_t strips = d / 32 * 32;
   int64_t g = 0;
   for (; g + 2 <= n_g; g += 2) {
     for (int64_t i = 0; i < strips; i += 32) {
-      WeightedStrip<2>(p + g * p_stride, p_stride, v + i, n, d, y + g * d + i);
+      WeightedStrip<Src, 2>(p + g * p_stride, p_stride, v + i, n, d, y + g * d + i);
     }
   }
   for (; g < n_g; ++g) {
     for (int64_t i = 0; i < strips; i += 32) {
-      WeightedStrip<1>(p + g * p_stride, p_stride, v + i, n, d, y + g * d + i);
+      WeightedStrip<Src, 1>(p + g * p_stride, p_stride, v + i, n, d, y + g * d + i);
     }
   }
-  for (g = 0; g < n_g; ++g) WeightedColumns(p + g * p_stride, v, n, d, strips, y + g * d);
+  for (g = 0; g < n_g; ++g) {
+    WeightedColumns<Src>(p + g * p_stride, v, n, d, strips, y + g * d);
+  }
+}
+
+void WeightedRows(const float* p, int64_t p_stride, int64_t n_g, DType vt, const void* v,
+                  int64_t n, int64_t d, float* y) {
+  switch (vt) {
+    case DType::kF16:
+      return WeightedRowsOf<F16Src>(p, p_stride, n_g, v, n, d, y);
+    case DType::kBF16:
+      return WeightedRowsOf<BF16Src>(p, p_stride, n_g, v, n, d, y);
+    default:
+      return WeightedRowsOf<F32Src>(p, p_stride, n_g, v, n, d, y);
+  }
 }
 
 // exp(x) as 2^k * e^r with k = round(x / ln 2) and |r| <= ln(2) / 2: r is x - k ln 2 with ln 2
@@ -400,13 +418,19 @@ void ScoresStrip(const uint16_t* k, int64_t ld, int64_t r, const float* q, int64
   StoreScores<G>(acc, r, scale, s, s_stride);
 }
 
-void ScoresF16T(const uint16_t* k, int64_t ld, int64_t n, const float* q, int64_t n_g, int64_t d,
-                float scale, float* s, int64_t s_stride) {
-  for (int64_t j = 0; j < n; j += 8) {
-    const int64_t r = n - j < 8 ? n - j : 8;
+// Strips of up to 8 slots, each within one tile.
+void ScoresF16T(const uint16_t* k, int64_t ld, int64_t first, int64_t n, const float* q,
+                int64_t n_g, int64_t d, float scale, float* s, int64_t s_stride) {
+  for (int64_t j = 0; j < n;) {
+    const int64_t t = first + j;
+    const int64_t lane = t % ld;
+    int64_t r = ld - lane < 8 ? ld - lane : 8;
+    if (n - j < r) r = n - j;
+    const uint16_t* kt = k + (t / ld) * ld * d + lane;
     ByHeadGroups(n_g, [&]<int G>(int64_t g) {
-      ScoresStrip<G>(k + j, ld, r, q + g * d, d, scale, s + g * s_stride + j, s_stride);
+      ScoresStrip<G>(kt, ld, r, q + g * d, d, scale, s + g * s_stride + j, s_stride);
     });
+    j += r;
   }
 }
 

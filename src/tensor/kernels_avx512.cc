@@ -247,11 +247,12 @@ void Dequantize(DType t, const void* row, float* y, int64_t n) {
 float DotF32(const float* a, const float* b, int64_t n) { return DotFloat<F32Src>(a, b, n); }
 
 // G heads' y over C vectors of 16 columns stay in registers while every row of v adds into them:
-// each v vector loaded serves G FMAs, and G * C independent chains cover the FMA latency. With
-// kMasked only the first `m` lanes of the single vector (C == 1) are touched.
-template <int G, int C, bool kMasked>
-void WeightedStrip(const float* p, int64_t p_stride, const float* v, int64_t n, int64_t d,
-                   __mmask16 m, float* y) {
+// each v vector loaded (and widened from Src's type) serves G FMAs, and G * C independent
+// chains cover the FMA latency. With kMasked only the first `m` lanes of the single vector
+// (C == 1) are touched.
+template <class Src, int G, int C, bool kMasked>
+void WeightedStrip(const float* p, int64_t p_stride, const typename Src::Elem* v, int64_t n,
+                   int64_t d, __mmask16 m, float* y) {
   __m512 acc[G][C];
   for (int g = 0; g < G; ++g) {
     for (int c = 0; c < C; ++c) {
@@ -262,7 +263,7 @@ void WeightedStrip(const float* p, int64_t p_stride, const float* v, int64_t n, 
   for (int64_t j = 0; j < n; ++j) {
     __m512 vj[C];
     for (int c = 0; c < C; ++c) {
-      vj[c] = kMasked ? _mm512_maskz_loadu_ps(m, v + j * d) : _mm512_loadu_ps(v + j * d + 16 * c);
+      vj[c] = kMasked ? Src::LoadMasked(m, v + j * d) : Src::Load(v + j * d + 16 * c);
     }
     for (int g = 0; g < G; ++g) {
       const __m512 pj = _mm512_set1_ps(p[g * p_stride + j]);
@@ -280,21 +281,40 @@ void WeightedStrip(const float* p, int64_t p_stride, const float* v, int64_t n, 
   }
 }
 
-// Strips of 64 columns, then of 16 (the last one masked), for G heads at a time.
-template <int G>
-void WeightedHeads(const float* p, int64_t p_stride, const float* v, int64_t n, int64_t d,
-                   float* y) {
+// Strips of 16 * C columns, then of 16 (the last one masked), for G heads at a time: 64
+// columns for up to 4 heads, 32 for 8, so that G * C stays at 16 accumulators and each v
+// vector is widened once per 8 heads.
+template <class Src, int G>
+void WeightedHeads(const float* p, int64_t p_stride, const typename Src::Elem* v, int64_t n,
+                   int64_t d, float* y) {
+  constexpr int C = G > 4 ? 2 : 4;
   int64_t i = 0;
-  for (; i + 64 <= d; i += 64) WeightedStrip<G, 4, false>(p, p_stride, v + i, n, d, 0, y + i);
-  for (; i + 16 <= d; i += 16) WeightedStrip<G, 1, false>(p, p_stride, v + i, n, d, 0, y + i);
-  if (i < d) WeightedStrip<G, 1, true>(p, p_stride, v + i, n, d, TailMask(d - i), y + i);
+  for (; i + 16 * C <= d; i += 16 * C) {
+    WeightedStrip<Src, G, C, false>(p, p_stride, v + i, n, d, 0, y + i);
+  }
+  for (; i + 16 <= d; i += 16) WeightedStrip<Src, G, 1, false>(p, p_stride, v + i, n, d, 0, y + i);
+  if (i < d) WeightedStrip<Src, G, 1, true>(p, p_stride, v + i, n, d, TailMask(d - i), y + i);
 }
 
-void WeightedRows(const float* p, int64_t p_stride, int64_t n_g, const float* v, int64_t n,
-                  int64_t d, float* y) {
-  int64_t g = 0;
-  for (; g + 4 <= n_g; g += 4) WeightedHeads<4>(p + g * p_stride, p_stride, v, n, d, y + g * d);
-  for (; g < n_g; ++g) WeightedHeads<1>(p + g * p_stride, p_stride, v, n, d, y + g * d);
+template <class Src>
+void WeightedRowsOf(const float* p, int64_t p_stride, int64_t n_g, const void* v_bytes,
+                    int64_t n, int64_t d, float* y) {
+  const auto* v = static_cast<const typename Src::Elem*>(v_bytes);
+  ByHeadGroups(n_g, [&]<int G>(int64_t g) {
+    WeightedHeads<Src, G>(p + g * p_stride, p_stride, v, n, d, y + g * d);
+  });
+}
+
+void WeightedRows(const float* p, int64_t p_stride, int64_t n_g, DType vt, const void* v,
+                  int64_t n, int64_t d, float* y) {
+  switch (vt) {
+    case DType::kF16:
+      return WeightedRowsOf<F16Src>(p, p_stride, n_g, v, n, d, y);
+    case DType::kBF16:
+      return WeightedRowsOf<BF16Src>(p, p_stride, n_g, v, n, d, y);
+    default:
+      return WeightedRowsOf<F32Src>(p, p_stride, n_g, v, n, d, y);
+  }
 }
 
 // exp(x) as in kernels_avx2.cc, 16 lanes at a time: 2^k * e^r with k = round(x / ln 2), r =
@@ -352,38 +372,56 @@ float MaxF32(const float* x, int64_t n) {
   return _mm512_reduce_max_ps(m);
 }
 
-// G query heads against 16 slots (the lanes; `m` masks a last, shorter strip). Eight heads
-// give eight independent FMA chains, enough to cover the FMA latency.
-template <int G, bool kMasked>
-void ScoresStrip(const uint16_t* k, int64_t ld, __mmask16 m, const float* q, int64_t d,
-                 float scale, float* s, int64_t s_stride) {
-  __m512 acc[G];
-  for (int g = 0; g < G; ++g) acc[g] = _mm512_setzero_ps();
+// G query heads against two strips of up to 16 slots each (the lanes; `ma`, `mb` mask shorter
+// strips), which may lie in different tiles: each query value broadcast serves two FMAs, and
+// 2 * G independent chains cover the FMA latency.
+template <int G>
+void ScoresStripPair(const uint16_t* ka, __mmask16 ma, float* sa, const uint16_t* kb,
+                     __mmask16 mb, float* sb, int64_t ld, const float* q, int64_t d, float scale,
+                     int64_t s_stride) {
+  __m512 acc_a[G], acc_b[G];
+  for (int g = 0; g < G; ++g) acc_a[g] = acc_b[g] = _mm512_setzero_ps();
   for (int64_t i = 0; i < d; ++i) {
-    const __m256i h = kMasked ? _mm256_maskz_loadu_epi16(m, k + i * ld)
-                              : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(k + i * ld));
-    const __m512 kv = _mm512_cvtph_ps(h);
-    for (int g = 0; g < G; ++g) acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(q[g * d + i]), kv, acc[g]);
+    const __m512 kva = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(ma, ka + i * ld));
+    const __m512 kvb = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mb, kb + i * ld));
+    for (int g = 0; g < G; ++g) {
+      const __m512 qi = _mm512_set1_ps(q[g * d + i]);
+      acc_a[g] = _mm512_fmadd_ps(qi, kva, acc_a[g]);
+      acc_b[g] = _mm512_fmadd_ps(qi, kvb, acc_b[g]);
+    }
   }
   const __m512 vscale = _mm512_set1_ps(scale);
   for (int g = 0; g < G; ++g) {
-    _mm512_mask_storeu_ps(s + g * s_stride, m, _mm512_mul_ps(acc[g], vscale));
+    _mm512_mask_storeu_ps(sa + g * s_stride, ma, _mm512_mul_ps(acc_a[g], vscale));
+    _mm512_mask_storeu_ps(sb + g * s_stride, mb, _mm512_mul_ps(acc_b[g], vscale));
   }
 }
 
-void ScoresF16T(const uint16_t* k, int64_t ld, int64_t n, const float* q, int64_t n_g, int64_t d,
-                float scale, float* s, int64_t s_stride) {
-  int64_t j = 0;
-  for (; j + 16 <= n; j += 16) {
+// Strips of up to 16 slots, each within one tile, taken two at a time (a last odd strip is
+// paired with an empty one).
+void ScoresF16T(const uint16_t* k, int64_t ld, int64_t first, int64_t n, const float* q,
+                int64_t n_g, int64_t d, float scale, float* s, int64_t s_stride) {
+  struct Strip {
+    const uint16_t* k;
+    __mmask16 m;
+    float* s;
+  };
+  // The strip at slot j (advanced past it).
+  auto next_strip = [&](int64_t& j) {
+    const int64_t t = first + j;
+    const int64_t lane = t % ld;
+    int64_t r = ld - lane < 16 ? ld - lane : 16;
+    if (n - j < r) r = n - j;
+    const Strip st{k + (t / ld) * ld * d + lane, TailMask(r), s + j};
+    j += r;
+    return st;
+  };
+  for (int64_t j = 0; j < n;) {
+    const Strip a = next_strip(j);
+    const Strip b = j < n ? next_strip(j) : Strip{a.k, 0, a.s};
     ByHeadGroups(n_g, [&]<int G>(int64_t g) {
-      ScoresStrip<G, false>(k + j, ld, 0xffff, q + g * d, d, scale, s + g * s_stride + j,
-                            s_stride);
-    });
-  }
-  if (j < n) {
-    ByHeadGroups(n_g, [&]<int G>(int64_t g) {
-      ScoresStrip<G, true>(k + j, ld, TailMask(n - j), q + g * d, d, scale,
-                           s + g * s_stride + j, s_stride);
+      ScoresStripPair<G>(a.k, a.m, a.s + g * s_stride, b.k, b.m, b.s + g * s_stride, ld,
+                         q + g * d, d, scale, s_stride);
     });
   }
 }

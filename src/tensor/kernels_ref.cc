@@ -66,12 +66,23 @@ void Axpy(DType t, const void* row, float a, float* y, int64_t n) {
 
 void Dequantize(DType t, const void* row, float* y, int64_t n) { DequantizeRow(t, row, y, n); }
 
-void WeightedRows(const float* p, int64_t p_stride, int64_t n_g, const float* v, int64_t n,
-                  int64_t d, float* y) {
+float ElementAt(DType t, const void* v, int64_t i) {
+  switch (t) {
+    case DType::kF16:
+      return F16ToF32(static_cast<const uint16_t*>(v)[i]);
+    case DType::kBF16:
+      return BF16ToF32(static_cast<const uint16_t*>(v)[i]);
+    default:
+      return static_cast<const float*>(v)[i];
+  }
+}
+
+void WeightedRows(const float* p, int64_t p_stride, int64_t n_g, DType vt, const void* v,
+                  int64_t n, int64_t d, float* y) {
   for (int64_t g = 0; g < n_g; ++g) {
     for (int64_t j = 0; j < n; ++j) {
       const float pj = p[g * p_stride + j];
-      for (int64_t i = 0; i < d; ++i) y[g * d + i] += pj * v[j * d + i];
+      for (int64_t i = 0; i < d; ++i) y[g * d + i] += pj * ElementAt(vt, v, j * d + i);
     }
   }
 }
@@ -113,12 +124,14 @@ float MaxF32(const float* x, int64_t n) {
   return m;
 }
 
-void ScoresF16T(const uint16_t* k, int64_t ld, int64_t n, const float* q, int64_t n_g, int64_t d,
-                float scale, float* s, int64_t s_stride) {
+void ScoresF16T(const uint16_t* k, int64_t ld, int64_t first, int64_t n, const float* q,
+                int64_t n_g, int64_t d, float scale, float* s, int64_t s_stride) {
   for (int64_t g = 0; g < n_g; ++g) {
     for (int64_t j = 0; j < n; ++j) {
+      const int64_t t = first + j;
+      const uint16_t* kt = k + (t / ld) * ld * d + t % ld;
       float sum = 0.0f;
-      for (int64_t i = 0; i < d; ++i) sum += q[g * d + i] * F16ToF32(k[i * ld + j]);
+      for (int64_t i = 0; i < d; ++i) sum += q[g * d + i] * F16ToF32(kt[i * ld]);
       s[g * s_stride + j] = scale * sum;
     }
   }

@@ -200,25 +200,32 @@ TEST(KernelsTest, DequantizeMatchesReferenceExactly) {
   }
 }
 
+// V rows of every type weighted_rows reads (F32, and F16 and BF16 read in place from a cache),
+// at widths around the 8 and 16 lanes and the 32- and 64-column strips.
 TEST(KernelsTest, WeightedRowsMatchesReference) {
   const KernelSet& ref = ReferenceKernels();
   for (const KernelSet* ks : AvailableKernelSets()) {
-    for (int64_t d : {1, 7, 8, 17, 33, 64, 80, 100, 130}) {
-      for (int64_t n : {0, 1, 5, 16}) {
-        for (int64_t n_g : {1, 3, 8}) {
-          const int64_t p_stride = n + 3;  // rows of p longer than n: only n are read
-          const std::vector<float> p = RandomFloats(n_g * p_stride, 31);
-          const std::vector<float> v = RandomFloats(std::max<int64_t>(1, n * d), 32);
-          std::vector<float> y = RandomFloats(n_g * d + 1, 33);
-          std::vector<float> want(y.begin(), y.end() - 1);
-          y.back() = 42.0f;
-          ks->weighted_rows(p.data(), p_stride, n_g, v.data(), n, d, y.data());
-          ref.weighted_rows(p.data(), p_stride, n_g, v.data(), n, d, want.data());
-          for (int64_t i = 0; i < n_g * d; ++i) {
-            ASSERT_NEAR(y[i], want[i], 1e-5 * (1 + n))
-                << SimdLevelName(ks->level) << " d=" << d << " n=" << n << " n_g=" << n_g;
+    for (DType vt : {DType::kF32, DType::kF16, DType::kBF16}) {
+      for (int64_t d : {1, 7, 8, 17, 33, 48, 64, 80, 100, 130}) {
+        for (int64_t n : {0, 1, 5, 16}) {
+          for (int64_t n_g : {1, 3, 4, 5, 8, 9}) {
+            const int64_t p_stride = n + 3;  // rows of p longer than n: only n are read
+            const std::vector<float> p = RandomFloats(n_g * p_stride, 31);
+            const std::vector<float> vf = RandomFloats(std::max<int64_t>(1, n * d), 32);
+            std::vector<uint8_t> v(RowBytes(vt, vf.size()));
+            QuantizeRow(vt, vf.data(), v.data(), static_cast<int64_t>(vf.size()));
+            std::vector<float> y = RandomFloats(n_g * d + 1, 33);
+            std::vector<float> want(y.begin(), y.end() - 1);
+            y.back() = 42.0f;
+            ks->weighted_rows(p.data(), p_stride, n_g, vt, v.data(), n, d, y.data());
+            ref.weighted_rows(p.data(), p_stride, n_g, vt, v.data(), n, d, want.data());
+            for (int64_t i = 0; i < n_g * d; ++i) {
+              ASSERT_NEAR(y[i], want[i], 1e-5 * (1 + n))
+                  << SimdLevelName(ks->level) << " " << DTypeName(vt) << " d=" << d
+                  << " n=" << n << " n_g=" << n_g;
+            }
+            EXPECT_EQ(y.back(), 42.0f) << "wrote past y";
           }
-          EXPECT_EQ(y.back(), 42.0f) << "wrote past y";
         }
       }
     }
@@ -242,43 +249,55 @@ TEST(KernelsTest, MaxF32FindsTheMaxWhereverItIs) {
 }
 
 // The reference against a plain double sum: it is the oracle the SIMD versions are held to.
+// The slots start inside the first tile of 4 and run on through the next two.
 TEST(KernelsTest, ScoresF16TReferenceIsTheDotOfEachSlot) {
-  constexpr int64_t kD = 5, kLd = 4, kN = 3, kG = 2;
+  constexpr int64_t kD = 5, kLd = 4, kFirst = 3, kN = 7, kG = 2, kTiles = 3;
   const std::vector<float> q = RandomFloats(kG * kD, 40);
-  const std::vector<float> kf = RandomFloats(kD * kLd, 41);
+  const std::vector<float> kf = RandomFloats(kTiles * kD * kLd, 41);
   std::vector<uint16_t> k(kf.size());
   for (size_t i = 0; i < k.size(); ++i) k[i] = F32ToF16(kf[i]);
   std::vector<float> s(kG * kN);
-  ReferenceKernels().scores_f16t(k.data(), kLd, kN, q.data(), kG, kD, 0.5f, s.data(), kN);
+  ReferenceKernels().scores_f16t(k.data(), kLd, kFirst, kN, q.data(), kG, kD, 0.5f, s.data(),
+                                 kN);
   for (int64_t g = 0; g < kG; ++g) {
     for (int64_t j = 0; j < kN; ++j) {
+      const int64_t tile = (kFirst + j) / kLd, lane = (kFirst + j) % kLd;
       double want = 0;
-      for (int64_t i = 0; i < kD; ++i) want += double{q[g * kD + i]} * F16ToF32(k[i * kLd + j]);
+      for (int64_t i = 0; i < kD; ++i) {
+        want += double{q[g * kD + i]} * F16ToF32(k[(tile * kD + i) * kLd + lane]);
+      }
       EXPECT_NEAR(s[g * kN + j], 0.5 * want, 1e-6);
     }
   }
 }
 
-// Every level on awkward sizes: slots around the 8 and 16 lanes, head counts that leave every
+// Every level on awkward sizes: tiles of 16 slots and of others, runs that start inside a tile
+// and cross into the next ones, slots around the 8 and 16 lanes, head counts that leave every
 // remainder of 8, 4 and 2, and rows of s longer than n (only n are written).
 TEST(KernelsTest, ScoresF16TMatchesReference) {
   const KernelSet& ref = ReferenceKernels();
   for (const KernelSet* ks : AvailableKernelSets()) {
     for (int64_t d : {1, 3, 32, 64, 100}) {
-      for (int64_t n : {0, 1, 7, 8, 9, 15, 16, 17, 31, 40}) {
-        for (int64_t n_g : {1, 2, 3, 4, 5, 7, 8, 9, 15}) {
-          const int64_t ld = n + 5, s_stride = n + 2;
-          const std::vector<float> q = RandomFloats(n_g * d, 42);
-          const std::vector<float> kf = RandomFloats(d * ld, 43);
-          std::vector<uint16_t> k(kf.size());
-          for (size_t i = 0; i < k.size(); ++i) k[i] = F32ToF16(kf[i]);
-          std::vector<float> got(n_g * s_stride, 42.0f), want(n_g * s_stride, 42.0f);
-          ks->scores_f16t(k.data(), ld, n, q.data(), n_g, d, 0.125f, got.data(), s_stride);
-          ref.scores_f16t(k.data(), ld, n, q.data(), n_g, d, 0.125f, want.data(), s_stride);
-          for (int64_t i = 0; i < n_g * s_stride; ++i) {
-            ASSERT_NEAR(got[i], want[i], 1e-6 * (1 + d))
-                << SimdLevelName(ks->level) << " d=" << d << " n=" << n << " n_g=" << n_g
-                << " i=" << i;
+      for (int64_t ld : {5, 16, 21, 40}) {
+        for (int64_t first : {int64_t{0}, int64_t{3}, ld - 1}) {
+          for (int64_t n : {0, 1, 7, 8, 9, 15, 16, 17, 31, 40, 70}) {
+            for (int64_t n_g : {1, 2, 3, 4, 5, 7, 8, 9, 15}) {
+              const int64_t tiles = (first + n + ld - 1) / ld + 1, s_stride = n + 2;
+              const std::vector<float> q = RandomFloats(n_g * d, 42);
+              const std::vector<float> kf = RandomFloats(tiles * d * ld, 43);
+              std::vector<uint16_t> k(kf.size());
+              for (size_t i = 0; i < k.size(); ++i) k[i] = F32ToF16(kf[i]);
+              std::vector<float> got(n_g * s_stride, 42.0f), want(n_g * s_stride, 42.0f);
+              ks->scores_f16t(k.data(), ld, first, n, q.data(), n_g, d, 0.125f, got.data(),
+                              s_stride);
+              ref.scores_f16t(k.data(), ld, first, n, q.data(), n_g, d, 0.125f, want.data(),
+                              s_stride);
+              for (int64_t i = 0; i < n_g * s_stride; ++i) {
+                ASSERT_NEAR(got[i], want[i], 1e-6 * (1 + d))
+                    << SimdLevelName(ks->level) << " d=" << d << " ld=" << ld
+                    << " first=" << first << " n=" << n << " n_g=" << n_g << " i=" << i;
+              }
+            }
           }
         }
       }
