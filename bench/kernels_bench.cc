@@ -4,6 +4,7 @@
 // KVLLM_SIMD=scalar|avx2 selects the kernel set MatMul and Kernels() use.
 #include <benchmark/benchmark.h>
 
+#include <immintrin.h>
 #include <cstdint>
 #include <memory>
 #include <random>
@@ -207,3 +208,25 @@ BENCHMARK(BM_ParallelFor)->ArgNames({"threads"})->Arg(1)->Arg(2)->UseRealTime();
 }  // namespace kvllm
 
 BENCHMARK_MAIN();
+namespace kvllm { namespace {
+__attribute__((target("avx512f"))) void BM_KVStreamTmp(benchmark::State& state) {
+  const AttentionCache cache(*KVFormat::FromName("f16"), 22, 4, 4096);
+  int32_t next = 0;
+  const BlockTable& table = cache.kv->Table(cache.seq);
+  float sink = 0;
+  for (auto _ : state) {
+    const int32_t layer = next / 4, head = next % 4;
+    __m512 acc = _mm512_setzero_ps(), acc2 = _mm512_setzero_ps();
+    for (size_t b = 0; b < table.blocks.size(); ++b) {
+      const float* k = reinterpret_cast<const float*>(cache.kv->KHead(table.blocks[b], layer, head));
+      const float* v = reinterpret_cast<const float*>(cache.kv->VHead(table.blocks[b], layer, head));
+      for (int i = 0; i < 512; i += 16) acc = _mm512_add_ps(acc, _mm512_loadu_ps(k + i));
+      for (int i = 0; i < 512; i += 16) acc2 = _mm512_add_ps(acc2, _mm512_loadu_ps(v + i));
+    }
+    sink += _mm512_reduce_add_ps(_mm512_add_ps(acc, acc2));
+    next = (next + 1) % 88;
+  }
+  benchmark::DoNotOptimize(sink);
+}
+BENCHMARK(BM_KVStreamTmp)->Unit(benchmark::kMicrosecond);
+}}

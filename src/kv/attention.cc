@@ -8,6 +8,7 @@
 #include "kv/hadamard.h"
 #include "kv/kivi.h"
 #include "tensor/kernels.h"
+#include "tensor/quant.h"
 
 namespace kvllm {
 namespace {
@@ -16,6 +17,12 @@ namespace {
 // that the per-head bookkeeping (max, rescaling, the exp call) is paid once per 64 slots, not
 // once per block.
 int32_t ChunkSlots(int32_t block_size) { return std::max(block_size, 64); }
+
+// Floats that hold a group's query quantized for a q8_0 K (BlockQ8Act is 10 floats' size).
+int64_t Q8Floats(int32_t n_group, int32_t head_dim) {
+  static_assert(sizeof(BlockQ8Act) % sizeof(float) == 0 && alignof(BlockQ8Act) <= alignof(float));
+  return int64_t{n_group} * (head_dim / kQK) * static_cast<int64_t>(sizeof(BlockQ8Act) / 4);
+}
 
 // AttendGroup's scratch, carved from one buffer of ScratchFloats floats.
 struct Scratch {
@@ -28,6 +35,7 @@ struct Scratch {
   float* q_min;       // [n_group] q · the block's channel minima
   float* chan_scale;  // [head_dim]
   float* chan_min;    // [head_dim]
+  BlockQ8Act* q8;     // [n_group][head_dim / 32] the span's query quantized (a q8_0 K)
   // [ChunkSlots][head_dim] a block's K codes or a chunk's V rows as floats, all unpacked
   // before any is read (reading a row right after writing it stalls on store forwarding)
   float* rows;
@@ -43,14 +51,20 @@ struct Scratch {
     q_min = q_scale + g * d;
     chan_scale = q_min + g;
     chan_min = chan_scale + d;
-    rows = chan_min + d;
+    q8 = reinterpret_cast<BlockQ8Act*>(chan_min + d);
+    rows = chan_min + d + Q8Floats(n_group, head_dim);
   }
 };
 
 int64_t ScratchFloats(int32_t n_group, int32_t block_size, int32_t head_dim) {
   const int64_t g = n_group, d = head_dim;
   return g * ChunkSlots(block_size) + g * block_size + 2 * g + 2 * g * d + g + 2 * d +
-         int64_t{ChunkSlots(block_size)} * d;
+         Q8Floats(n_group, head_dim) + int64_t{ChunkSlots(block_size)} * d;
+}
+
+// A dimension-major q8_0 K meets a query quantized to 8 bits (scores_q8t).
+bool QuantizesQuery(KVFormat f) {
+  return f.dimension_major(KVRole::kK) && f.row_type() == DType::kQ8_0;
 }
 
 // Where one block's K of the attended head is read from, for slots [slot0, slot0 + n).
@@ -75,7 +89,7 @@ void KScores(const AttentionArgs& a, const KBlock& kb, int32_t slot0, int32_t n,
       kern.scores_f16t(reinterpret_cast<const uint16_t*>(kb.tile), lay.block_size(), slot0, n,
                        q, a.n_group, d, a.scale, scores, stride);
     } else {
-      kern.scores_q8t(kb.tile, lay.block_size(), slot0, n, q, a.n_group, d, a.scale, scores,
+      kern.scores_q8t(kb.tile, lay.block_size(), slot0, n, s.q8, a.n_group, d, a.scale, scores,
                       stride);
     }
     return;
@@ -200,6 +214,11 @@ void AttendRange(const AttentionArgs& a, int32_t lo, int32_t hi, float* acc_out,
       for (int32_t g = 0; g < a.n_group; ++g) HadamardRotate(s.q_rot + int64_t{g} * d, d);
       q = s.q_rot;
     }
+    if (QuantizesQuery(lay.k_format())) {
+      for (int32_t g = 0; g < a.n_group; ++g) {
+        kern.quantize_act(q + int64_t{g} * d, s.q8 + int64_t{g} * (d / kQK), d);
+      }
+    }
     // Visit the span chunk by chunk: a chunk ends on the last block boundary within cap
     // slots (or at the span's end), and each block's piece of it is visited in turn.
     const int32_t cap = ChunkSlots(bs);
@@ -310,12 +329,19 @@ void MergeAttentionParts(const float* parts, int32_t n_parts, int32_t n_group, i
 
 void AttendGroup_ref(const AttentionArgs& a, float* out) {
   const int32_t d = a.kv->layout().shape().head_dim;
-  std::vector<float> row(d);
+  std::vector<float> row(d), q_seen(d);
+  std::vector<BlockQ8Act> q8(d / kQK);
   for (int32_t g = 0; g < a.n_group; ++g) {
     std::vector<double> s;
     std::vector<int32_t> slots;
     for (int32_t sp = 0; sp < a.n_spans; ++sp) {
       const float* qg = a.spans[sp].q + int64_t{g} * d;
+      if (QuantizesQuery(a.kv->layout().k_format())) {
+        // The query as the kernel sees it: quantized, then read back exactly.
+        ReferenceKernels().quantize_act(qg, q8.data(), d);
+        for (int32_t i = 0; i < d; ++i) q_seen[i] = q8[i / kQK].d * q8[i / kQK].qs[i % kQK];
+        qg = q_seen.data();
+      }
       for (int32_t j = a.spans[sp].begin; j < a.spans[sp].end; ++j) {
         a.kv->ReadK(a.seq, a.layer, a.kv_head, j, row.data());
         double dot = 0;

@@ -18,6 +18,9 @@
 // row is converted once per query group, never once per query head. How K is read
 // (kv_format.h):
 //   row formats   s_j = k_j · q                       (k_j dequantized from its DType)
+//   q8_0          s_j = Σ_b d_jb · q.d_b · (q.qs_b · codes_jb) over groups b of 32 dimensions:
+//                 the query quantized to 8 bits once per span, as llama.cpp does for a q8_0
+//                 K, so that each group's dot is an exact integer sum (VNNI)
 //   q4_0r         the same with q rotated first (R q)·(R k_j) = q·k_j, once per span
 //   KIVI, staged  s_j = k_j · q                       (f16 rows: the block the query sits in)
 //   KIVI, sealed  s_j = Σ_d (q_d·scale_d)·code_jd + Σ_d q_d·min_d: q·scale and q·min once per
@@ -69,7 +72,8 @@ void MergeAttentionParts(const float* parts, int32_t n_parts, int32_t n_group, i
                          float* out);
 
 // The same result computed the plain way (every row dequantized with KVCache::ReadK/ReadV,
-// the unrotated query, full softmax in double): the oracle.
+// the unrotated query, quantized and read back for a q8_0 K as the kernel sees it, full
+// softmax in double): the oracle.
 void AttendGroup_ref(const AttentionArgs& args, float* out);
 
 }  // namespace kvllm

@@ -50,9 +50,13 @@ struct KernelSet {
                       int64_t n_g, int64_t d, float scale, float* s, int64_t s_stride);
   // The same against a Q8_0 K stored dimension-major (Q8DimsLayout): for each group of 32
   // dimensions, ld f16 scales (one per slot), then 32 rows of ld int8 codes; the n slots start
-  // at slot `first`. s = scale * sum_groups d[slot] * sum_i q[i] * code[i][slot].
-  void (*scores_q8t)(const uint8_t* k, int64_t ld, int64_t first, int64_t n, const float* q,
-                     int64_t n_g, int64_t d, float scale, float* s, int64_t s_stride);
+  // at slot `first`. The query comes quantized as llama.cpp quantizes it for a q8_0 K
+  // (quantize_act: head g's group b is q[g * d / 32 + b]), so that each group's sum is an
+  // exact integer dot: s = scale * sum_b d[slot] * q.d * sum_i q.qs[i] * code[i][slot].
+  // d is a multiple of 32.
+  void (*scores_q8t)(const uint8_t* k, int64_t ld, int64_t first, int64_t n,
+                     const BlockQ8Act* q, int64_t n_g, int64_t d, float scale, float* s,
+                     int64_t s_stride);
   // xq = the n / 32 BlockQ8Act blocks of x (n a multiple of 32); the same bits at every level.
   void (*quantize_act)(const float* x, BlockQ8Act* xq, int64_t n);
   // sum_b d_w[b] * xq[b].d * sum_j q_w[b][j] * xq[b].qs[j]  (the integer dot per block is exact)

@@ -435,14 +435,24 @@ void ScoresF16T(const uint16_t* k, int64_t ld, int64_t first, int64_t n, const f
 }
 
 // G query heads against 8 slots of a Q8_0 K stored dimension-major (a last strip of r < 8
-// slots goes through zeroed copies): per group of 32 dimensions a partial sum of q * code, then
-// times the slots' scales.
+// slots goes through zeroed copies): per group of 32 dimensions the integer dot of the
+// quantized query with the codes, summed exactly in floats (products of at most 127 * 128,
+// 32 of them, stay below 2^24), then times the query's and the slots' scales.
 template <int G>
 void ScoresQ8Strip(const uint8_t* k, const Q8DimsLayout& lay, int64_t j, int64_t r,
-                   const float* q, int64_t d, float scale, float* s, int64_t s_stride) {
+                   const BlockQ8Act* q, int64_t d, float scale, float* s, int64_t s_stride) {
+  const int64_t groups = d / kQK;
   __m256 acc[G];
   for (int g = 0; g < G; ++g) acc[g] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < d / kQK; ++b) {
+  for (int64_t b = 0; b < groups; ++b) {
+    alignas(32) float qf[G][kQK];
+    for (int g = 0; g < G; ++g) {
+      const int8_t* qs = q[g * groups + b].qs;
+      for (int i = 0; i < kQK; i += 8) {
+        const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs + i));
+        _mm256_store_ps(&qf[g][i], _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes)));
+      }
+    }
     __m256 part[G];
     for (int g = 0; g < G; ++g) part[g] = _mm256_setzero_ps();
     for (int64_t i = 0; i < kQK; ++i) {
@@ -456,23 +466,25 @@ void ScoresQ8Strip(const uint8_t* k, const Q8DimsLayout& lay, int64_t j, int64_t
         codes = _mm_cvtsi64_si128(bytes);
       }
       const __m256 kv = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(codes));
-      const float* qi = q + b * kQK + i;
-      for (int g = 0; g < G; ++g) part[g] = _mm256_fmadd_ps(_mm256_set1_ps(qi[g * d]), kv, part[g]);
+      for (int g = 0; g < G; ++g) part[g] = _mm256_fmadd_ps(_mm256_set1_ps(qf[g][i]), kv, part[g]);
     }
     const auto* sc = reinterpret_cast<const uint16_t*>(k + lay.ScaleOffset(b, j));
     const __m256 scales = r == 8 ? F16Src::Load(sc) : LoadTail<F16Src>(sc, r);
-    for (int g = 0; g < G; ++g) acc[g] = _mm256_fmadd_ps(part[g], scales, acc[g]);
+    for (int g = 0; g < G; ++g) {
+      const __m256 w = _mm256_mul_ps(scales, _mm256_set1_ps(q[g * groups + b].d));
+      acc[g] = _mm256_fmadd_ps(part[g], w, acc[g]);
+    }
   }
   StoreScores<G>(acc, r, scale, s, s_stride);
 }
 
-void ScoresQ8T(const uint8_t* k, int64_t ld, int64_t first, int64_t n, const float* q,
+void ScoresQ8T(const uint8_t* k, int64_t ld, int64_t first, int64_t n, const BlockQ8Act* q,
                int64_t n_g, int64_t d, float scale, float* s, int64_t s_stride) {
   const Q8DimsLayout lay{ld};
   for (int64_t j = 0; j < n; j += 8) {
     const int64_t r = n - j < 8 ? n - j : 8;
     ByHeadGroups(n_g, [&]<int G>(int64_t g) {
-      ScoresQ8Strip<G>(k, lay, first + j, r, q + g * d, d, scale, s + g * s_stride + j,
+      ScoresQ8Strip<G>(k, lay, first + j, r, q + g * (d / kQK), d, scale, s + g * s_stride + j,
                        s_stride);
     });
   }

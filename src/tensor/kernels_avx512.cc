@@ -7,6 +7,7 @@
 #include "tensor/avx512_intrinsics.h"
 
 #include <cstdint>
+#include <cstring>
 
 #include "tensor/kernels_internal.h"
 #include "tensor/quant.h"
@@ -319,10 +320,10 @@ void WeightedRows(const float* p, int64_t p_stride, int64_t n_g, DType vt, const
 
 // exp(x) as in kernels_avx2.cc, 16 lanes at a time: 2^k * e^r with k = round(x / ln 2), r =
 // x - k ln 2 (ln 2 in two parts so that k ln 2 is exact), e^r = 1 + r + r^2 p(r) with the
-// degree-5 minimax p of the Cephes library's expf, and 2^k put into the exponent bits. Inputs
-// are clamped to [-87.3, 88], where 2^k stays a normal float.
+// degree-5 minimax p of the Cephes library's expf. vscalefps applies 2^k with the IEEE
+// rounding of a multiply, going to 0 or infinity where the result leaves the float range, so
+// no clamp of x is needed.
 __m512 Exp(__m512 x) {
-  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.33654f)), _mm512_set1_ps(88.0f));
   const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
@@ -335,9 +336,7 @@ __m512 Exp(__m512 x) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
   const __m512 e_r =
       _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), _mm512_set1_ps(1.0f));
-  const __m512i two_k = _mm512_slli_epi32(
-      _mm512_add_epi32(_mm512_cvtps_epi32(k), _mm512_set1_epi32(127)), 23);
-  return _mm512_mul_ps(e_r, _mm512_castsi512_ps(two_k));
+  return _mm512_scalef_ps(e_r, k);
 }
 
 void SwiGlu(float* gate, const float* up, int64_t n) {
@@ -426,29 +425,63 @@ void ScoresF16T(const uint16_t* k, int64_t ld, int64_t first, int64_t n, const f
   }
 }
 
-// G query heads against 16 slots of a Q8_0 K stored dimension-major: per group of 32
-// dimensions a partial sum of q * code, then times the slots' scales.
-template <int G, bool kMasked>
+// The codes of 4 dimensions (rows ld bytes apart) x 16 slots, regrouped as [slot][4 dims]: each
+// int32 lane then holds one slot's four codes, as vpdpbusd sums them. vpermw moves each lane's
+// 4 slots' words of the 4 rows into that lane ([row][slot] within it), vpshufb transposes the
+// lane's 4 x 4 bytes (vpermb would do both, but needs AVX512_VBMI, which this level does not
+// require).
+__m512i SlotQuads(const uint8_t* c, int64_t ld, __mmask16 m) {
+  __m512i rows;
+  if (ld == 16 && m == 0xffff) {
+    rows = _mm512_loadu_si512(c);
+  } else {
+    rows = _mm512_zextsi128_si512(_mm_maskz_loadu_epi8(m, c));
+    rows = _mm512_inserti32x4(rows, _mm_maskz_loadu_epi8(m, c + ld), 1);
+    rows = _mm512_inserti32x4(rows, _mm_maskz_loadu_epi8(m, c + 2 * ld), 2);
+    rows = _mm512_inserti32x4(rows, _mm_maskz_loadu_epi8(m, c + 3 * ld), 3);
+  }
+  // Lane L's word p is row p / 2's word 2L + p % 2 (its slots 4L + 2 (p % 2) and the next).
+  const __m512i words = _mm512_set_epi16(
+      31, 30, 23, 22, 15, 14, 7, 6, 29, 28, 21, 20, 13, 12, 5, 4,  //
+      27, 26, 19, 18, 11, 10, 3, 2, 25, 24, 17, 16, 9, 8, 1, 0);
+  // Byte o of a lane is slot o / 4's row o % 4.
+  const __m512i bytes = _mm512_broadcast_i32x4(
+      _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
+  return _mm512_shuffle_epi8(_mm512_permutexvar_epi16(words, rows), bytes);
+}
+
+// G query heads against 16 slots of a Q8_0 K stored dimension-major (`m` masks a last, shorter
+// strip), with VNNI: vpdpbusd multiplies unsigned by signed bytes, so the codes go in as
+// code + 128 (a flipped sign bit, once per 4 dimensions for all G heads) against the query's
+// own codes, and each group's dot loses 128 * the query's sum of codes again, in floats
+// through the block's sum (d * that sum). The integer sums are exact.
+template <int G>
 void ScoresQ8Strip(const uint8_t* k, const Q8DimsLayout& lay, int64_t j, __mmask16 m,
-                   const float* q, int64_t d, float scale, float* s, int64_t s_stride) {
+                   const BlockQ8Act* q, int64_t d, float scale, float* s, int64_t s_stride) {
+  const int64_t groups = d / kQK;
+  const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80));
   __m512 acc[G];
   for (int g = 0; g < G; ++g) acc[g] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < d / kQK; ++b) {
-    __m512 part[G];
-    for (int g = 0; g < G; ++g) part[g] = _mm512_setzero_ps();
-    for (int64_t i = 0; i < kQK; ++i) {
-      const uint8_t* c = k + lay.CodeOffset(b, i, j);
-      const __m128i codes = kMasked ? _mm_maskz_loadu_epi8(m, c)
-                                    : _mm_loadu_si128(reinterpret_cast<const __m128i*>(c));
-      const __m512 kv = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(codes));
-      const float* qi = q + b * kQK + i;
-      for (int g = 0; g < G; ++g) part[g] = _mm512_fmadd_ps(_mm512_set1_ps(qi[g * d]), kv, part[g]);
+  for (int64_t b = 0; b < groups; ++b) {
+    __m512i dot[G];
+    for (int g = 0; g < G; ++g) dot[g] = _mm512_setzero_si512();
+    for (int64_t t = 0; t < kQK / 4; ++t) {
+      const __m512i codes =
+          _mm512_xor_si512(SlotQuads(k + lay.CodeOffset(b, 4 * t, j), lay.slots, m), sign);
+      for (int g = 0; g < G; ++g) {
+        int32_t four;
+        std::memcpy(&four, q[g * groups + b].qs + 4 * t, sizeof four);
+        dot[g] = _mm512_dpbusd_epi32(dot[g], codes, _mm512_set1_epi32(four));
+      }
     }
-    const uint8_t* sc = k + lay.ScaleOffset(b, j);
-    const __m256i h = kMasked ? _mm256_maskz_loadu_epi16(m, sc)
-                              : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc));
-    const __m512 scales = _mm512_cvtph_ps(h);
-    for (int g = 0; g < G; ++g) acc[g] = _mm512_fmadd_ps(part[g], scales, acc[g]);
+    const auto* sc = reinterpret_cast<const uint16_t*>(k + lay.ScaleOffset(b, j));
+    const __m512 scales = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, sc));
+    for (int g = 0; g < G; ++g) {
+      const BlockQ8Act& qb = q[g * groups + b];
+      const __m512 part = _mm512_fmsub_ps(_mm512_cvtepi32_ps(dot[g]), _mm512_set1_ps(qb.d),
+                                          _mm512_set1_ps(128.0f * qb.sum));
+      acc[g] = _mm512_fmadd_ps(part, scales, acc[g]);
+    }
   }
   const __m512 vscale = _mm512_set1_ps(scale);
   for (int g = 0; g < G; ++g) {
@@ -456,20 +489,14 @@ void ScoresQ8Strip(const uint8_t* k, const Q8DimsLayout& lay, int64_t j, __mmask
   }
 }
 
-void ScoresQ8T(const uint8_t* k, int64_t ld, int64_t first, int64_t n, const float* q,
+void ScoresQ8T(const uint8_t* k, int64_t ld, int64_t first, int64_t n, const BlockQ8Act* q,
                int64_t n_g, int64_t d, float scale, float* s, int64_t s_stride) {
   const Q8DimsLayout lay{ld};
-  int64_t j = 0;
-  for (; j + 16 <= n; j += 16) {
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 m = j + 16 <= n ? static_cast<__mmask16>(0xffff) : TailMask(n - j);
     ByHeadGroups(n_g, [&]<int G>(int64_t g) {
-      ScoresQ8Strip<G, false>(k, lay, first + j, 0xffff, q + g * d, d, scale,
-                              s + g * s_stride + j, s_stride);
-    });
-  }
-  if (j < n) {
-    ByHeadGroups(n_g, [&]<int G>(int64_t g) {
-      ScoresQ8Strip<G, true>(k, lay, first + j, TailMask(n - j), q + g * d, d, scale,
-                             s + g * s_stride + j, s_stride);
+      ScoresQ8Strip<G>(k, lay, first + j, m, q + g * (d / kQK), d, scale, s + g * s_stride + j,
+                       s_stride);
     });
   }
 }

@@ -97,21 +97,22 @@ float ExpSum(float* x, int64_t n, float shift) {
   return sum;
 }
 
-void ScoresQ8T(const uint8_t* k, int64_t ld, int64_t first, int64_t n, const float* q,
+void ScoresQ8T(const uint8_t* k, int64_t ld, int64_t first, int64_t n, const BlockQ8Act* q,
                int64_t n_g, int64_t d, float scale, float* s, int64_t s_stride) {
   const Q8DimsLayout lay{ld};
+  const int64_t groups = d / kQK;
   for (int64_t g = 0; g < n_g; ++g) {
     for (int64_t j = first; j < first + n; ++j) {
       float sum = 0.0f;
-      for (int64_t b = 0; b < d / kQK; ++b) {
+      for (int64_t b = 0; b < groups; ++b) {
+        const BlockQ8Act& qb = q[g * groups + b];
         uint16_t dh;
         std::memcpy(&dh, k + lay.ScaleOffset(b, j), sizeof dh);
-        float part = 0.0f;
+        int32_t dot = 0;
         for (int64_t i = 0; i < kQK; ++i) {
-          const auto code = static_cast<int8_t>(k[lay.CodeOffset(b, i, j)]);
-          part += q[g * d + b * kQK + i] * static_cast<float>(code);
+          dot += qb.qs[i] * static_cast<int8_t>(k[lay.CodeOffset(b, i, j)]);
         }
-        sum += F16ToF32(dh) * part;
+        sum += F16ToF32(dh) * qb.d * static_cast<float>(dot);
       }
       s[g * s_stride + j - first] = scale * sum;
     }

@@ -324,9 +324,18 @@ std::vector<uint8_t> Q8Dims(int64_t d, int64_t ld, uint32_t seed) {
 }
 
 // The reference equals the dot of q with each slot's dequantized Q8_0 row.
+// The query quantized once, as attention does, for every head of the group.
+std::vector<BlockQ8Act> QuantizedQuery(const std::vector<float>& q, int64_t d) {
+  std::vector<BlockQ8Act> out(q.size() / kQK);
+  for (size_t g = 0; g < q.size() / d; ++g) {
+    ReferenceKernels().quantize_act(&q[g * d], &out[g * d / kQK], d);
+  }
+  return out;
+}
+
 TEST(KernelsTest, ScoresQ8TReferenceIsTheDotOfEachDequantizedSlot) {
   constexpr int64_t kD = 64, kLd = 5, kFirst = 1, kN = 3, kG = 2;
-  const std::vector<float> q = RandomFloats(kG * kD, 45);
+  const std::vector<BlockQ8Act> q = QuantizedQuery(RandomFloats(kG * kD, 45), kD);
   const std::vector<uint8_t> k = Q8Dims(kD, kLd, 46);
   const Q8DimsLayout lay{kLd};
   std::vector<float> s(kG * kN);
@@ -337,32 +346,48 @@ TEST(KernelsTest, ScoresQ8TReferenceIsTheDotOfEachDequantizedSlot) {
       for (int64_t b = 0; b < kD / kQK; ++b) {
         uint16_t dh;
         std::memcpy(&dh, &k[lay.ScaleOffset(b, kFirst + j)], 2);
+        const BlockQ8Act& qb = q[g * kD / kQK + b];
         for (int64_t i = 0; i < kQK; ++i) {
           const auto code = static_cast<int8_t>(k[lay.CodeOffset(b, i, kFirst + j)]);
-          want += double{q[g * kD + b * kQK + i]} * F16ToF32(dh) * code;
+          want += double{qb.d} * qb.qs[i] * F16ToF32(dh) * code;
         }
       }
-      EXPECT_NEAR(s[g * kN + j], 0.5 * want, 1e-4);
+      EXPECT_NEAR(s[g * kN + j], 0.5 * want, 1e-5 * (1 + std::abs(want)));
     }
   }
 }
 
+// Every level on awkward sizes: strips of 16 slots (ld 16, the 64-byte load of four rows),
+// runs that start inside the rows and end short of 8 or 16, and head counts that leave every
+// remainder of 8, 4 and 2. Codes of -127 and 127 with queries at their extremes check that
+// the q + 128 trick of the VNNI level loses nothing.
 TEST(KernelsTest, ScoresQ8TMatchesReference) {
   const KernelSet& ref = ReferenceKernels();
   for (const KernelSet* ks : AvailableKernelSets()) {
     for (int64_t d : {32, 64, 96}) {
       for (int64_t n : {0, 1, 7, 8, 9, 15, 16, 17, 31, 40}) {
         for (int64_t n_g : {1, 2, 3, 5, 7, 8, 9, 15}) {
-          const int64_t first = 3, ld = first + n + 2, s_stride = n + 2;
-          const std::vector<float> q = RandomFloats(n_g * d, 47);
-          const std::vector<uint8_t> k = Q8Dims(d, ld, 48);
-          std::vector<float> got(n_g * s_stride, 42.0f), want(n_g * s_stride, 42.0f);
-          ks->scores_q8t(k.data(), ld, first, n, q.data(), n_g, d, 0.125f, got.data(), s_stride);
-          ref.scores_q8t(k.data(), ld, first, n, q.data(), n_g, d, 0.125f, want.data(), s_stride);
-          for (int64_t i = 0; i < n_g * s_stride; ++i) {
-            ASSERT_NEAR(got[i], want[i], 1e-5 * (1 + std::abs(want[i])))
-                << SimdLevelName(ks->level) << " d=" << d << " n=" << n << " n_g=" << n_g
-                << " i=" << i;
+          for (int64_t first : {int64_t{0}, int64_t{3}}) {
+            const int64_t ld = n == 16 && first == 0 ? 16 : first + n + 2, s_stride = n + 2;
+            std::vector<float> qf = RandomFloats(n_g * d, 47);
+            qf[0] = 1.0f;  // a group whose largest value is at each sign's extreme
+            qf[1] = -1.0f;
+            const std::vector<BlockQ8Act> q = QuantizedQuery(qf, d);
+            std::vector<uint8_t> k = Q8Dims(d, ld, 48);
+            const Q8DimsLayout lay{ld};
+            for (int64_t j = 0; j < ld; ++j) {
+              k[lay.CodeOffset(0, 0, j)] = static_cast<uint8_t>(j % 2 ? 127 : -127);
+            }
+            std::vector<float> got(n_g * s_stride, 42.0f), want(n_g * s_stride, 42.0f);
+            ks->scores_q8t(k.data(), ld, first, n, q.data(), n_g, d, 0.125f, got.data(),
+                           s_stride);
+            ref.scores_q8t(k.data(), ld, first, n, q.data(), n_g, d, 0.125f, want.data(),
+                           s_stride);
+            for (int64_t i = 0; i < n_g * s_stride; ++i) {
+              ASSERT_NEAR(got[i], want[i], 1e-5 * (1 + std::abs(want[i])))
+                  << SimdLevelName(ks->level) << " d=" << d << " n=" << n << " n_g=" << n_g
+                  << " first=" << first << " i=" << i;
+            }
           }
         }
       }
