@@ -4,7 +4,6 @@
 // KVLLM_SIMD=scalar|avx2 selects the kernel set MatMul and Kernels() use.
 #include <benchmark/benchmark.h>
 
-#include <immintrin.h>
 #include <cstdint>
 #include <memory>
 #include <random>
@@ -149,7 +148,9 @@ void BM_AttentionStep(benchmark::State& state) {
   const int64_t group_floats = AttentionCache::kGroup * AttentionCache::kHeadDim;
   const std::vector<float> q = RandomFloats(kHeads * group_floats);
   std::vector<float> out(q.size());
-  const int64_t scratch_floats = AttentionScratchFloats(cache.layout, AttentionCache::kGroup);
+  // Whole cache lines apart, as the model keeps them: no line written by both threads.
+  const int64_t scratch_floats =
+      (AttentionScratchFloats(cache.layout, AttentionCache::kGroup) + 15) / 16 * 16 + 16;
   std::vector<float> scratch(scratch_floats * pool.size());
   for (auto _ : state) {
     for (int32_t layer = 0; layer < kLayers; ++layer) {
@@ -198,7 +199,7 @@ BENCHMARK(BM_Attention)
 
 BENCHMARK(BM_AttentionStep)
     ->ArgNames({"kv", "depth", "threads"})
-    ->ArgsProduct({{0, 1}, {4096}, {2}})
+    ->ArgsProduct({{0, 1}, {4096}, {1, 2}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
@@ -208,25 +209,3 @@ BENCHMARK(BM_ParallelFor)->ArgNames({"threads"})->Arg(1)->Arg(2)->UseRealTime();
 }  // namespace kvllm
 
 BENCHMARK_MAIN();
-namespace kvllm { namespace {
-__attribute__((target("avx512f"))) void BM_KVStreamTmp(benchmark::State& state) {
-  const AttentionCache cache(*KVFormat::FromName("f16"), 22, 4, 4096);
-  int32_t next = 0;
-  const BlockTable& table = cache.kv->Table(cache.seq);
-  float sink = 0;
-  for (auto _ : state) {
-    const int32_t layer = next / 4, head = next % 4;
-    __m512 acc = _mm512_setzero_ps(), acc2 = _mm512_setzero_ps();
-    for (size_t b = 0; b < table.blocks.size(); ++b) {
-      const float* k = reinterpret_cast<const float*>(cache.kv->KHead(table.blocks[b], layer, head));
-      const float* v = reinterpret_cast<const float*>(cache.kv->VHead(table.blocks[b], layer, head));
-      for (int i = 0; i < 512; i += 16) acc = _mm512_add_ps(acc, _mm512_loadu_ps(k + i));
-      for (int i = 0; i < 512; i += 16) acc2 = _mm512_add_ps(acc2, _mm512_loadu_ps(v + i));
-    }
-    sink += _mm512_reduce_add_ps(_mm512_add_ps(acc, acc2));
-    next = (next + 1) % 88;
-  }
-  benchmark::DoNotOptimize(sink);
-}
-BENCHMARK(BM_KVStreamTmp)->Unit(benchmark::kMicrosecond);
-}}

@@ -79,7 +79,7 @@ struct KBlock {
 // Other K blocks are turned into float rows once (s.rows) and multiplied with the group in one
 // small matrix product, so each row is converted once, not once per query head.
 void KScores(const AttentionArgs& a, const KBlock& kb, int32_t slot0, int32_t n, const float* q,
-             Scratch& s, float* scores, int32_t stride) {
+             Scratch& s, float* scores, int32_t stride, Prefetch* ahead) {
   const KernelSet& kern = Kernels();
   const KVLayout& lay = a.kv->layout();
   const KVFormat f = lay.k_format();
@@ -87,10 +87,10 @@ void KScores(const AttentionArgs& a, const KBlock& kb, int32_t slot0, int32_t n,
   if (kb.rows == nullptr && f.dimension_major(KVRole::kK)) {
     if (f.row_type() == DType::kF16) {
       kern.scores_f16t(reinterpret_cast<const uint16_t*>(kb.tile), lay.block_size(), slot0, n,
-                       q, a.n_group, d, a.scale, scores, stride);
+                       q, a.n_group, d, a.scale, scores, stride, ahead);
     } else {
       kern.scores_q8t(kb.tile, lay.block_size(), slot0, n, s.q8, a.n_group, d, a.scale, scores,
-                      stride);
+                      stride, ahead);
     }
     return;
   }
@@ -139,16 +139,42 @@ void DequantizeValues(const AttentionArgs& a, const uint8_t* v_rows, int32_t slo
   }
 }
 
-// Asks for the attended head's K and V in block `id` ahead of use, every block whether or not
-// it follows its predecessor in the pool: the hardware prefetchers do not follow a jump to
-// another block, and even along adjacent blocks they leave the FMA loops waiting on memory
-// (kernels_bench BM_Attention layers:22, 160-170 µs without, 100-115 with).
-void PrefetchBlock(const AttentionArgs& a, BlockId id) {
+// The attended head's K and V in blocks [b0, b1), the next chunk's, asked for ahead of use:
+// the hardware prefetchers alone leave the FMA loops waiting on memory, even along adjacent
+// blocks, and do not follow a jump to another block. Blocks adjacent in the pool make one
+// range each of K and of V, which the kernels ask for a line per loop step (Prefetch);
+// others are asked for at once here.
+struct ChunkAhead {
+  Prefetch k, v;
+};
+
+ChunkAhead AheadOf(const AttentionArgs& a, const BlockTable& table, int32_t b0, int32_t b1) {
   const KVLayout& lay = a.kv->layout();
-  const uint8_t* k = a.kv->KHead(id, a.layer, a.kv_head);
-  const uint8_t* v = a.kv->VHead(id, a.layer, a.kv_head);
-  for (size_t off = 0; off < lay.k_head_bytes(); off += 64) __builtin_prefetch(k + off);
-  for (size_t off = 0; off < lay.v_head_bytes(); off += 64) __builtin_prefetch(v + off);
+  bool adjacent = true;
+  for (int32_t b = b0 + 1; b < b1 && adjacent; ++b) {
+    adjacent = table.blocks[b].value == table.blocks[b - 1].value + 1;
+  }
+  ChunkAhead ahead;
+  if (b0 >= b1) return ahead;
+  if (adjacent) {
+    const uint8_t* k = a.kv->KHead(table.blocks[b0], a.layer, a.kv_head);
+    const uint8_t* v = a.kv->VHead(table.blocks[b0], a.layer, a.kv_head);
+    ahead.k = {k, k + (b1 - b0) * lay.k_head_bytes()};
+    ahead.v = {v, v + (b1 - b0) * lay.v_head_bytes()};
+    return ahead;
+  }
+  for (int32_t b = b0; b < b1; ++b) {
+    const uint8_t* k = a.kv->KHead(table.blocks[b], a.layer, a.kv_head);
+    const uint8_t* v = a.kv->VHead(table.blocks[b], a.layer, a.kv_head);
+    for (size_t off = 0; off < lay.k_head_bytes(); off += 64) __builtin_prefetch(k + off);
+    for (size_t off = 0; off < lay.v_head_bytes(); off += 64) __builtin_prefetch(v + off);
+  }
+  return ahead;
+}
+
+// Asks for the lines of `ahead` a kernel did not.
+void PrefetchRest(const Prefetch& ahead) {
+  for (const uint8_t* p = ahead.next; p < ahead.end; p += 64) __builtin_prefetch(p);
 }
 
 // Calls fn(block, first slot in it, slots, offset from `from`) for each block's piece of the
@@ -222,24 +248,24 @@ void AttendRange(const AttentionArgs& a, int32_t lo, int32_t hi, float* acc_out,
     // Visit the span chunk by chunk: a chunk ends on the last block boundary within cap
     // slots (or at the span's end), and each block's piece of it is visited in turn.
     const int32_t cap = ChunkSlots(bs);
-    const int32_t ahead = cap / bs;
     for (int32_t chunk0 = begin; chunk0 < end;) {
       const int32_t chunk_end = std::min(end, (chunk0 + cap) / bs * bs);
       const int32_t len = chunk_end - chunk0;
-      // One chunk ahead (at 16 slots a block, 4 blocks of 2 KiB of K and of V each).
-      for (int32_t b = chunk0 / bs + ahead; b < chunk_end / bs + ahead && b * bs < end; ++b) {
-        PrefetchBlock(a, table.blocks[b]);
-      }
+      // The next chunk's blocks (at 16 slots a block, 4 of 2 KiB of K and of V each).
+      const int32_t next_end = std::min(end, (chunk_end + cap) / bs * bs);
+      ChunkAhead ahead = AheadOf(a, table, chunk_end / bs,
+                                 chunk_end < next_end ? (next_end - 1) / bs + 1 : 0);
       auto k_scores = [&](int32_t b, int32_t slot0, int32_t n, int32_t off) {
         KBlock kb{a.kv->KHead(table.blocks[b], a.layer, a.kv_head), nullptr};
         if (b == staged.block_idx) kb.rows = staged.rows + int64_t{a.kv_head} * bs * d;
-        KScores(a, kb, slot0, n, q, s, s.scores + off, cap);
+        KScores(a, kb, slot0, n, q, s, s.scores + off, cap, &ahead.k);
       };
       if (k_runs) {
         ForEachRun(chunk0, chunk_end, bs, table, k_scores);
       } else {
         ForEachPiece(chunk0, chunk_end, bs, k_scores);
       }
+      PrefetchRest(ahead.k);
       for (int32_t g = 0; g < a.n_group; ++g) {
         float* sc = s.scores + g * cap;
         const float m_new = std::max(run_max[g], kern.max_f32(sc, len));
@@ -257,7 +283,8 @@ void AttendRange(const AttentionArgs& a, int32_t lo, int32_t hi, float* acc_out,
                    [&](int32_t b, int32_t slot0, int32_t n, int32_t off) {
                      const uint8_t* rows = a.kv->VHead(table.blocks[b], a.layer, a.kv_head) +
                                            slot0 * lay.v_row_bytes();
-                     kern.weighted_rows(s.scores + off, cap, a.n_group, vt, rows, n, d, acc_out);
+                     kern.weighted_rows(s.scores + off, cap, a.n_group, vt, rows, n, d, acc_out,
+                                        &ahead.v);
                    });
       } else {
         // The chunk's V rows become floats once (s.rows, free again once KScores is done with
@@ -268,8 +295,10 @@ void AttendRange(const AttentionArgs& a, int32_t lo, int32_t hi, float* acc_out,
                        DequantizeValues(a, a.kv->VHead(table.blocks[b], a.layer, a.kv_head),
                                         slot0, n, s.rows + int64_t{off} * d);
                      });
-        kern.weighted_rows(s.scores, cap, a.n_group, DType::kF32, s.rows, len, d, acc_out);
+        kern.weighted_rows(s.scores, cap, a.n_group, DType::kF32, s.rows, len, d, acc_out,
+                           &ahead.v);
       }
+      PrefetchRest(ahead.v);
       chunk0 = chunk_end;
     }
   }

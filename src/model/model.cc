@@ -72,8 +72,12 @@ void Model::EnsureScratch(int32_t n_tok, int32_t n_threads, const KVLayout& layo
     gate_.resize(n * c.n_ff);
     up_.resize(n * c.n_ff);
   }
+  // Each thread's scratch, then its sinks' query, rounded up to whole cache lines and one line
+  // apart, so that no line is written by two threads.
   att_scratch_stride_ =
-      AttentionScratchFloats(layout, c.n_group()) + int64_t{c.n_group()} * c.head_dim;
+      (AttentionScratchFloats(layout, c.n_group()) + int64_t{c.n_group()} * c.head_dim + 15) /
+          16 * 16 +
+      16;
   const size_t need = static_cast<size_t>(att_scratch_stride_) * n_threads;
   if (att_scratch_.size() < need) att_scratch_.resize(need);
   // AttentionParts splits only while (token, kv head) pairs < 2 * threads, into at most

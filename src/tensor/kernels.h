@@ -19,6 +19,16 @@ class ThreadPool;
 enum class SimdLevel { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
 const char* SimdLevelName(SimdLevel level);
 
+// Memory a kernel asks the cache for while it works, one 64-byte line per step of its main loop
+// (a row of V, a dimension of K), for the data its caller reads next: requests spread this
+// way keep the core's few outstanding misses busy through the arithmetic, where a burst of
+// them ahead of it stalls the loads behind it. A kernel advances `next` past the lines it
+// asked for; the caller asks for any left over itself.
+struct Prefetch {
+  const uint8_t* next = nullptr;
+  const uint8_t* end = nullptr;
+};
+
 // Function table for one SIMD level. `row` points at a row of n elements in `t`; n is a
 // multiple of BlockElems(t) but need not be a multiple of the vector width.
 struct KernelSet {
@@ -35,7 +45,7 @@ struct KernelSet {
   // row stride d, v of type vt (F32, F16 or BF16; attention's probabilities times V rows, read
   // in place from an f16 cache).
   void (*weighted_rows)(const float* p, int64_t p_stride, int64_t n_g, DType vt, const void* v,
-                        int64_t n, int64_t d, float* y);
+                        int64_t n, int64_t d, float* y, Prefetch* ahead);
   // x[j] = exp(x[j] - shift) for j < n; returns sum_j x[j] (softmax's numerators; x[j] <= shift
   // in use). Within a few ulps of std::exp.
   float (*exp_sum)(float* x, int64_t n, float shift);
@@ -47,7 +57,8 @@ struct KernelSet {
   // need no horizontal sums). Slot t's dimension i is k[(t / ld) * ld * d + i * ld + t % ld]:
   // the n slots may run on from one tile into the ones after it (a run of adjacent blocks).
   void (*scores_f16t)(const uint16_t* k, int64_t ld, int64_t first, int64_t n, const float* q,
-                      int64_t n_g, int64_t d, float scale, float* s, int64_t s_stride);
+                      int64_t n_g, int64_t d, float scale, float* s, int64_t s_stride,
+                      Prefetch* ahead);
   // The same against a Q8_0 K stored dimension-major (Q8DimsLayout): for each group of 32
   // dimensions, ld f16 scales (one per slot), then 32 rows of ld int8 codes; the n slots start
   // at slot `first`. The query comes quantized as llama.cpp quantizes it for a q8_0 K
@@ -56,7 +67,7 @@ struct KernelSet {
   // d is a multiple of 32.
   void (*scores_q8t)(const uint8_t* k, int64_t ld, int64_t first, int64_t n,
                      const BlockQ8Act* q, int64_t n_g, int64_t d, float scale, float* s,
-                     int64_t s_stride);
+                     int64_t s_stride, Prefetch* ahead);
   // xq = the n / 32 BlockQ8Act blocks of x (n a multiple of 32); the same bits at every level.
   void (*quantize_act)(const float* x, BlockQ8Act* xq, int64_t n);
   // sum_b d_w[b] * xq[b].d * sum_j q_w[b][j] * xq[b].qs[j]  (the integer dot per block is exact)

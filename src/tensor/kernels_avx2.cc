@@ -241,17 +241,35 @@ void Dequantize(DType t, const void* row, float* y, int64_t n) {
 
 float DotF32(const float* a, const float* b, int64_t n) { return DotFloat<F32Src>(a, b, n); }
 
+// The lines of a Prefetch still to ask for, kept in registers through a kernel's loops: Step()
+// asks for one.
+struct Ahead {
+  const uint8_t* next;
+  const uint8_t* end;
+  explicit Ahead(const Prefetch* p) : next(p ? p->next : nullptr), end(p ? p->end : nullptr) {}
+  void Step() {
+    if (next < end) {
+      _mm_prefetch(reinterpret_cast<const char*>(next), _MM_HINT_T0);
+      next += 64;
+    }
+  }
+  void Return(Prefetch* p) const {
+    if (p) p->next = next;
+  }
+};
+
 // G heads' y over 4 vectors of 8 columns stay in registers while every row of v adds into
 // them: each v vector loaded (and widened from Src's type) serves G FMAs, and 4 * G independent
 // chains cover the FMA latency.
 template <class Src, int G>
 void WeightedStrip(const float* p, int64_t p_stride, const typename Src::Elem* v, int64_t n,
-                   int64_t d, float* y) {
+                   int64_t d, float* y, Ahead& ahead) {
   __m256 acc[G][4];
   for (int g = 0; g < G; ++g) {
     for (int c = 0; c < 4; ++c) acc[g][c] = _mm256_loadu_ps(y + g * d + 8 * c);
   }
   for (int64_t j = 0; j < n; ++j) {
+    ahead.Step();
     __m256 vj[4];
     for (int c = 0; c < 4; ++c) vj[c] = Src::Load(v + j * d + 8 * c);
     for (int g = 0; g < G; ++g) {
@@ -288,34 +306,36 @@ void WeightedColumns(const float* pg, const typename Src::Elem* v, int64_t n, in
 // Pairs of heads through strips of 32 columns (8 chains), a last odd head alone.
 template <class Src>
 void WeightedRowsOf(const float* p, int64_t p_stride, int64_t n_g, const void* v_bytes,
-                    int64_t n, int64_t d, float* y) {
+                    int64_t n, int64_t d, float* y, Prefetch* prefetch) {
   const auto* v = static_cast<const typename Src::Elem*>(v_bytes);
+  Ahead ahead(prefetch);
   const int64_t strips = d / 32 * 32;
   int64_t g = 0;
   for (; g + 2 <= n_g; g += 2) {
     for (int64_t i = 0; i < strips; i += 32) {
-      WeightedStrip<Src, 2>(p + g * p_stride, p_stride, v + i, n, d, y + g * d + i);
+      WeightedStrip<Src, 2>(p + g * p_stride, p_stride, v + i, n, d, y + g * d + i, ahead);
     }
   }
   for (; g < n_g; ++g) {
     for (int64_t i = 0; i < strips; i += 32) {
-      WeightedStrip<Src, 1>(p + g * p_stride, p_stride, v + i, n, d, y + g * d + i);
+      WeightedStrip<Src, 1>(p + g * p_stride, p_stride, v + i, n, d, y + g * d + i, ahead);
     }
   }
   for (g = 0; g < n_g; ++g) {
     WeightedColumns<Src>(p + g * p_stride, v, n, d, strips, y + g * d);
   }
+  ahead.Return(prefetch);
 }
 
 void WeightedRows(const float* p, int64_t p_stride, int64_t n_g, DType vt, const void* v,
-                  int64_t n, int64_t d, float* y) {
+                  int64_t n, int64_t d, float* y, Prefetch* ahead) {
   switch (vt) {
     case DType::kF16:
-      return WeightedRowsOf<F16Src>(p, p_stride, n_g, v, n, d, y);
+      return WeightedRowsOf<F16Src>(p, p_stride, n_g, v, n, d, y, ahead);
     case DType::kBF16:
-      return WeightedRowsOf<BF16Src>(p, p_stride, n_g, v, n, d, y);
+      return WeightedRowsOf<BF16Src>(p, p_stride, n_g, v, n, d, y, ahead);
     default:
-      return WeightedRowsOf<F32Src>(p, p_stride, n_g, v, n, d, y);
+      return WeightedRowsOf<F32Src>(p, p_stride, n_g, v, n, d, y, ahead);
   }
 }
 
@@ -408,10 +428,11 @@ void StoreScores(const __m256 (&acc)[G], int64_t r, float scale, float* s, int64
 // copy). Eight heads give eight independent FMA chains, enough to cover the FMA latency.
 template <int G>
 void ScoresStrip(const uint16_t* k, int64_t ld, int64_t r, const float* q, int64_t d,
-                 float scale, float* s, int64_t s_stride) {
+                 float scale, float* s, int64_t s_stride, Ahead& ahead) {
   __m256 acc[G];
   for (int g = 0; g < G; ++g) acc[g] = _mm256_setzero_ps();
   for (int64_t i = 0; i < d; ++i) {
+    ahead.Step();
     const __m256 kv = r == 8 ? F16Src::Load(k + i * ld) : LoadTail<F16Src>(k + i * ld, r);
     for (int g = 0; g < G; ++g) acc[g] = _mm256_fmadd_ps(_mm256_set1_ps(q[g * d + i]), kv, acc[g]);
   }
@@ -420,7 +441,9 @@ void ScoresStrip(const uint16_t* k, int64_t ld, int64_t r, const float* q, int64
 
 // Strips of up to 8 slots, each within one tile.
 void ScoresF16T(const uint16_t* k, int64_t ld, int64_t first, int64_t n, const float* q,
-                int64_t n_g, int64_t d, float scale, float* s, int64_t s_stride) {
+                int64_t n_g, int64_t d, float scale, float* s, int64_t s_stride,
+                Prefetch* prefetch) {
+  Ahead ahead(prefetch);
   for (int64_t j = 0; j < n;) {
     const int64_t t = first + j;
     const int64_t lane = t % ld;
@@ -428,10 +451,11 @@ void ScoresF16T(const uint16_t* k, int64_t ld, int64_t first, int64_t n, const f
     if (n - j < r) r = n - j;
     const uint16_t* kt = k + (t / ld) * ld * d + lane;
     ByHeadGroups(n_g, [&]<int G>(int64_t g) {
-      ScoresStrip<G>(kt, ld, r, q + g * d, d, scale, s + g * s_stride + j, s_stride);
+      ScoresStrip<G>(kt, ld, r, q + g * d, d, scale, s + g * s_stride + j, s_stride, ahead);
     });
     j += r;
   }
+  ahead.Return(prefetch);
 }
 
 // G query heads against 8 slots of a Q8_0 K stored dimension-major (a last strip of r < 8
@@ -440,7 +464,8 @@ void ScoresF16T(const uint16_t* k, int64_t ld, int64_t first, int64_t n, const f
 // 32 of them, stay below 2^24), then times the query's and the slots' scales.
 template <int G>
 void ScoresQ8Strip(const uint8_t* k, const Q8DimsLayout& lay, int64_t j, int64_t r,
-                   const BlockQ8Act* q, int64_t d, float scale, float* s, int64_t s_stride) {
+                   const BlockQ8Act* q, int64_t d, float scale, float* s, int64_t s_stride,
+                   Ahead& ahead) {
   const int64_t groups = d / kQK;
   __m256 acc[G];
   for (int g = 0; g < G; ++g) acc[g] = _mm256_setzero_ps();
@@ -456,6 +481,7 @@ void ScoresQ8Strip(const uint8_t* k, const Q8DimsLayout& lay, int64_t j, int64_t
     __m256 part[G];
     for (int g = 0; g < G; ++g) part[g] = _mm256_setzero_ps();
     for (int64_t i = 0; i < kQK; ++i) {
+      ahead.Step();
       const uint8_t* c = k + lay.CodeOffset(b, i, j);
       __m128i codes;
       if (r == 8) {
@@ -479,15 +505,18 @@ void ScoresQ8Strip(const uint8_t* k, const Q8DimsLayout& lay, int64_t j, int64_t
 }
 
 void ScoresQ8T(const uint8_t* k, int64_t ld, int64_t first, int64_t n, const BlockQ8Act* q,
-               int64_t n_g, int64_t d, float scale, float* s, int64_t s_stride) {
+               int64_t n_g, int64_t d, float scale, float* s, int64_t s_stride,
+               Prefetch* prefetch) {
   const Q8DimsLayout lay{ld};
+  Ahead ahead(prefetch);
   for (int64_t j = 0; j < n; j += 8) {
     const int64_t r = n - j < 8 ? n - j : 8;
     ByHeadGroups(n_g, [&]<int G>(int64_t g) {
       ScoresQ8Strip<G>(k, lay, first + j, r, q + g * (d / kQK), d, scale, s + g * s_stride + j,
-                       s_stride);
+                       s_stride, ahead);
     });
   }
+  ahead.Return(prefetch);
 }
 
 // The same arithmetic as the reference, lane by lane: |x| and max are exact, d and 1/d are the

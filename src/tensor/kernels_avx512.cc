@@ -247,13 +247,30 @@ void Dequantize(DType t, const void* row, float* y, int64_t n) {
 
 float DotF32(const float* a, const float* b, int64_t n) { return DotFloat<F32Src>(a, b, n); }
 
+// The lines of a Prefetch still to ask for, kept in registers through a kernel's loops: Step()
+// asks for one.
+struct Ahead {
+  const uint8_t* next;
+  const uint8_t* end;
+  explicit Ahead(const Prefetch* p) : next(p ? p->next : nullptr), end(p ? p->end : nullptr) {}
+  void Step() {
+    if (next < end) {
+      _mm_prefetch(reinterpret_cast<const char*>(next), _MM_HINT_T0);
+      next += 64;
+    }
+  }
+  void Return(Prefetch* p) const {
+    if (p) p->next = next;
+  }
+};
+
 // G heads' y over C vectors of 16 columns stay in registers while every row of v adds into them:
 // each v vector loaded (and widened from Src's type) serves G FMAs, and G * C independent
 // chains cover the FMA latency. With kMasked only the first `m` lanes of the single vector
 // (C == 1) are touched.
 template <class Src, int G, int C, bool kMasked>
 void WeightedStrip(const float* p, int64_t p_stride, const typename Src::Elem* v, int64_t n,
-                   int64_t d, __mmask16 m, float* y) {
+                   int64_t d, __mmask16 m, float* y, Ahead& ahead) {
   __m512 acc[G][C];
   for (int g = 0; g < G; ++g) {
     for (int c = 0; c < C; ++c) {
@@ -262,6 +279,7 @@ void WeightedStrip(const float* p, int64_t p_stride, const typename Src::Elem* v
     }
   }
   for (int64_t j = 0; j < n; ++j) {
+    ahead.Step();
     __m512 vj[C];
     for (int c = 0; c < C; ++c) {
       vj[c] = kMasked ? Src::LoadMasked(m, v + j * d) : Src::Load(v + j * d + 16 * c);
@@ -287,34 +305,40 @@ void WeightedStrip(const float* p, int64_t p_stride, const typename Src::Elem* v
 // vector is widened once per 8 heads.
 template <class Src, int G>
 void WeightedHeads(const float* p, int64_t p_stride, const typename Src::Elem* v, int64_t n,
-                   int64_t d, float* y) {
+                   int64_t d, float* y, Ahead& ahead) {
   constexpr int C = G > 4 ? 2 : 4;
   int64_t i = 0;
   for (; i + 16 * C <= d; i += 16 * C) {
-    WeightedStrip<Src, G, C, false>(p, p_stride, v + i, n, d, 0, y + i);
+    WeightedStrip<Src, G, C, false>(p, p_stride, v + i, n, d, 0, y + i, ahead);
   }
-  for (; i + 16 <= d; i += 16) WeightedStrip<Src, G, 1, false>(p, p_stride, v + i, n, d, 0, y + i);
-  if (i < d) WeightedStrip<Src, G, 1, true>(p, p_stride, v + i, n, d, TailMask(d - i), y + i);
+  for (; i + 16 <= d; i += 16) {
+    WeightedStrip<Src, G, 1, false>(p, p_stride, v + i, n, d, 0, y + i, ahead);
+  }
+  if (i < d) {
+    WeightedStrip<Src, G, 1, true>(p, p_stride, v + i, n, d, TailMask(d - i), y + i, ahead);
+  }
 }
 
 template <class Src>
 void WeightedRowsOf(const float* p, int64_t p_stride, int64_t n_g, const void* v_bytes,
-                    int64_t n, int64_t d, float* y) {
+                    int64_t n, int64_t d, float* y, Prefetch* prefetch) {
   const auto* v = static_cast<const typename Src::Elem*>(v_bytes);
+  Ahead ahead(prefetch);
   ByHeadGroups(n_g, [&]<int G>(int64_t g) {
-    WeightedHeads<Src, G>(p + g * p_stride, p_stride, v, n, d, y + g * d);
+    WeightedHeads<Src, G>(p + g * p_stride, p_stride, v, n, d, y + g * d, ahead);
   });
+  ahead.Return(prefetch);
 }
 
 void WeightedRows(const float* p, int64_t p_stride, int64_t n_g, DType vt, const void* v,
-                  int64_t n, int64_t d, float* y) {
+                  int64_t n, int64_t d, float* y, Prefetch* ahead) {
   switch (vt) {
     case DType::kF16:
-      return WeightedRowsOf<F16Src>(p, p_stride, n_g, v, n, d, y);
+      return WeightedRowsOf<F16Src>(p, p_stride, n_g, v, n, d, y, ahead);
     case DType::kBF16:
-      return WeightedRowsOf<BF16Src>(p, p_stride, n_g, v, n, d, y);
+      return WeightedRowsOf<BF16Src>(p, p_stride, n_g, v, n, d, y, ahead);
     default:
-      return WeightedRowsOf<F32Src>(p, p_stride, n_g, v, n, d, y);
+      return WeightedRowsOf<F32Src>(p, p_stride, n_g, v, n, d, y, ahead);
   }
 }
 
@@ -377,10 +401,11 @@ float MaxF32(const float* x, int64_t n) {
 template <int G>
 void ScoresStripPair(const uint16_t* ka, __mmask16 ma, float* sa, const uint16_t* kb,
                      __mmask16 mb, float* sb, int64_t ld, const float* q, int64_t d, float scale,
-                     int64_t s_stride) {
+                     int64_t s_stride, Ahead& ahead) {
   __m512 acc_a[G], acc_b[G];
   for (int g = 0; g < G; ++g) acc_a[g] = acc_b[g] = _mm512_setzero_ps();
   for (int64_t i = 0; i < d; ++i) {
+    ahead.Step();
     const __m512 kva = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(ma, ka + i * ld));
     const __m512 kvb = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mb, kb + i * ld));
     for (int g = 0; g < G; ++g) {
@@ -399,7 +424,9 @@ void ScoresStripPair(const uint16_t* ka, __mmask16 ma, float* sa, const uint16_t
 // Strips of up to 16 slots, each within one tile, taken two at a time (a last odd strip is
 // paired with an empty one).
 void ScoresF16T(const uint16_t* k, int64_t ld, int64_t first, int64_t n, const float* q,
-                int64_t n_g, int64_t d, float scale, float* s, int64_t s_stride) {
+                int64_t n_g, int64_t d, float scale, float* s, int64_t s_stride,
+                Prefetch* prefetch) {
+  Ahead ahead(prefetch);
   struct Strip {
     const uint16_t* k;
     __mmask16 m;
@@ -420,9 +447,10 @@ void ScoresF16T(const uint16_t* k, int64_t ld, int64_t first, int64_t n, const f
     const Strip b = j < n ? next_strip(j) : Strip{a.k, 0, a.s};
     ByHeadGroups(n_g, [&]<int G>(int64_t g) {
       ScoresStripPair<G>(a.k, a.m, a.s + g * s_stride, b.k, b.m, b.s + g * s_stride, ld,
-                         q + g * d, d, scale, s_stride);
+                         q + g * d, d, scale, s_stride, ahead);
     });
   }
+  ahead.Return(prefetch);
 }
 
 // The codes of 4 dimensions (rows ld bytes apart) x 16 slots, regrouped as [slot][4 dims]: each
@@ -457,7 +485,8 @@ __m512i SlotQuads(const uint8_t* c, int64_t ld, __mmask16 m) {
 // through the block's sum (d * that sum). The integer sums are exact.
 template <int G>
 void ScoresQ8Strip(const uint8_t* k, const Q8DimsLayout& lay, int64_t j, __mmask16 m,
-                   const BlockQ8Act* q, int64_t d, float scale, float* s, int64_t s_stride) {
+                   const BlockQ8Act* q, int64_t d, float scale, float* s, int64_t s_stride,
+                   Ahead& ahead) {
   const int64_t groups = d / kQK;
   const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80));
   __m512 acc[G];
@@ -466,6 +495,7 @@ void ScoresQ8Strip(const uint8_t* k, const Q8DimsLayout& lay, int64_t j, __mmask
     __m512i dot[G];
     for (int g = 0; g < G; ++g) dot[g] = _mm512_setzero_si512();
     for (int64_t t = 0; t < kQK / 4; ++t) {
+      ahead.Step();
       const __m512i codes =
           _mm512_xor_si512(SlotQuads(k + lay.CodeOffset(b, 4 * t, j), lay.slots, m), sign);
       for (int g = 0; g < G; ++g) {
@@ -490,15 +520,18 @@ void ScoresQ8Strip(const uint8_t* k, const Q8DimsLayout& lay, int64_t j, __mmask
 }
 
 void ScoresQ8T(const uint8_t* k, int64_t ld, int64_t first, int64_t n, const BlockQ8Act* q,
-               int64_t n_g, int64_t d, float scale, float* s, int64_t s_stride) {
+               int64_t n_g, int64_t d, float scale, float* s, int64_t s_stride,
+               Prefetch* prefetch) {
   const Q8DimsLayout lay{ld};
+  Ahead ahead(prefetch);
   for (int64_t j = 0; j < n; j += 16) {
     const __mmask16 m = j + 16 <= n ? static_cast<__mmask16>(0xffff) : TailMask(n - j);
     ByHeadGroups(n_g, [&]<int G>(int64_t g) {
       ScoresQ8Strip<G>(k, lay, first + j, m, q + g * (d / kQK), d, scale, s + g * s_stride + j,
-                       s_stride);
+                       s_stride, ahead);
     });
   }
+  ahead.Return(prefetch);
 }
 
 // The same arithmetic as the reference, lane by lane: |x| and max are exact, d and 1/d are the

@@ -77,8 +77,9 @@ float ElementAt(DType t, const void* v, int64_t i) {
   }
 }
 
+// The reference asks for no lines ahead: prefetching changes no result.
 void WeightedRows(const float* p, int64_t p_stride, int64_t n_g, DType vt, const void* v,
-                  int64_t n, int64_t d, float* y) {
+                  int64_t n, int64_t d, float* y, Prefetch* /*ahead*/) {
   for (int64_t g = 0; g < n_g; ++g) {
     for (int64_t j = 0; j < n; ++j) {
       const float pj = p[g * p_stride + j];
@@ -98,7 +99,8 @@ float ExpSum(float* x, int64_t n, float shift) {
 }
 
 void ScoresQ8T(const uint8_t* k, int64_t ld, int64_t first, int64_t n, const BlockQ8Act* q,
-               int64_t n_g, int64_t d, float scale, float* s, int64_t s_stride) {
+               int64_t n_g, int64_t d, float scale, float* s, int64_t s_stride,
+               Prefetch* /*ahead*/) {
   const Q8DimsLayout lay{ld};
   const int64_t groups = d / kQK;
   for (int64_t g = 0; g < n_g; ++g) {
@@ -126,7 +128,8 @@ float MaxF32(const float* x, int64_t n) {
 }
 
 void ScoresF16T(const uint16_t* k, int64_t ld, int64_t first, int64_t n, const float* q,
-                int64_t n_g, int64_t d, float scale, float* s, int64_t s_stride) {
+                int64_t n_g, int64_t d, float scale, float* s, int64_t s_stride,
+                Prefetch* /*ahead*/) {
   for (int64_t g = 0; g < n_g; ++g) {
     for (int64_t j = 0; j < n; ++j) {
       const int64_t t = first + j;

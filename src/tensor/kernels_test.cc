@@ -200,6 +200,18 @@ TEST(KernelsTest, DequantizeMatchesReferenceExactly) {
   }
 }
 
+// Lines for a kernel to ask for as it goes (Prefetch): it may ask for some or all of them, a
+// line at a time, and must leave `next` no further than the line holding the last byte.
+struct AheadBuffer {
+  std::vector<uint8_t> bytes = std::vector<uint8_t>(1000);
+  Prefetch range{bytes.data(), bytes.data() + bytes.size()};
+  void ExpectAdvancedWithin() const {
+    EXPECT_GE(range.next, bytes.data());
+    EXPECT_LT(range.next, bytes.data() + bytes.size() + 64);
+    EXPECT_EQ((range.next - bytes.data()) % 64, 0);
+  }
+};
+
 // V rows of every type weighted_rows reads (F32, and F16 and BF16 read in place from a cache),
 // at widths around the 8 and 16 lanes and the 32- and 64-column strips.
 TEST(KernelsTest, WeightedRowsMatchesReference) {
@@ -217,8 +229,10 @@ TEST(KernelsTest, WeightedRowsMatchesReference) {
             std::vector<float> y = RandomFloats(n_g * d + 1, 33);
             std::vector<float> want(y.begin(), y.end() - 1);
             y.back() = 42.0f;
-            ks->weighted_rows(p.data(), p_stride, n_g, vt, v.data(), n, d, y.data());
-            ref.weighted_rows(p.data(), p_stride, n_g, vt, v.data(), n, d, want.data());
+            AheadBuffer ahead;
+            ks->weighted_rows(p.data(), p_stride, n_g, vt, v.data(), n, d, y.data(), &ahead.range);
+            ref.weighted_rows(p.data(), p_stride, n_g, vt, v.data(), n, d, want.data(), nullptr);
+            ahead.ExpectAdvancedWithin();
             for (int64_t i = 0; i < n_g * d; ++i) {
               ASSERT_NEAR(y[i], want[i], 1e-5 * (1 + n))
                   << SimdLevelName(ks->level) << " " << DTypeName(vt) << " d=" << d
@@ -258,7 +272,7 @@ TEST(KernelsTest, ScoresF16TReferenceIsTheDotOfEachSlot) {
   for (size_t i = 0; i < k.size(); ++i) k[i] = F32ToF16(kf[i]);
   std::vector<float> s(kG * kN);
   ReferenceKernels().scores_f16t(k.data(), kLd, kFirst, kN, q.data(), kG, kD, 0.5f, s.data(),
-                                 kN);
+                                 kN, nullptr);
   for (int64_t g = 0; g < kG; ++g) {
     for (int64_t j = 0; j < kN; ++j) {
       const int64_t tile = (kFirst + j) / kLd, lane = (kFirst + j) % kLd;
@@ -288,10 +302,12 @@ TEST(KernelsTest, ScoresF16TMatchesReference) {
               std::vector<uint16_t> k(kf.size());
               for (size_t i = 0; i < k.size(); ++i) k[i] = F32ToF16(kf[i]);
               std::vector<float> got(n_g * s_stride, 42.0f), want(n_g * s_stride, 42.0f);
+              AheadBuffer ahead;
               ks->scores_f16t(k.data(), ld, first, n, q.data(), n_g, d, 0.125f, got.data(),
-                              s_stride);
+                              s_stride, &ahead.range);
               ref.scores_f16t(k.data(), ld, first, n, q.data(), n_g, d, 0.125f, want.data(),
-                              s_stride);
+                              s_stride, nullptr);
+              ahead.ExpectAdvancedWithin();
               for (int64_t i = 0; i < n_g * s_stride; ++i) {
                 ASSERT_NEAR(got[i], want[i], 1e-6 * (1 + d))
                     << SimdLevelName(ks->level) << " d=" << d << " ld=" << ld
@@ -339,7 +355,8 @@ TEST(KernelsTest, ScoresQ8TReferenceIsTheDotOfEachDequantizedSlot) {
   const std::vector<uint8_t> k = Q8Dims(kD, kLd, 46);
   const Q8DimsLayout lay{kLd};
   std::vector<float> s(kG * kN);
-  ReferenceKernels().scores_q8t(k.data(), kLd, kFirst, kN, q.data(), kG, kD, 0.5f, s.data(), kN);
+  ReferenceKernels().scores_q8t(k.data(), kLd, kFirst, kN, q.data(), kG, kD, 0.5f, s.data(), kN,
+                                nullptr);
   for (int64_t g = 0; g < kG; ++g) {
     for (int64_t j = 0; j < kN; ++j) {
       double want = 0;
@@ -379,10 +396,12 @@ TEST(KernelsTest, ScoresQ8TMatchesReference) {
               k[lay.CodeOffset(0, 0, j)] = static_cast<uint8_t>(j % 2 ? 127 : -127);
             }
             std::vector<float> got(n_g * s_stride, 42.0f), want(n_g * s_stride, 42.0f);
+            AheadBuffer ahead;
             ks->scores_q8t(k.data(), ld, first, n, q.data(), n_g, d, 0.125f, got.data(),
-                           s_stride);
+                           s_stride, &ahead.range);
             ref.scores_q8t(k.data(), ld, first, n, q.data(), n_g, d, 0.125f, want.data(),
-                           s_stride);
+                           s_stride, nullptr);
+            ahead.ExpectAdvancedWithin();
             for (int64_t i = 0; i < n_g * s_stride; ++i) {
               ASSERT_NEAR(got[i], want[i], 1e-5 * (1 + std::abs(want[i])))
                   << SimdLevelName(ks->level) << " d=" << d << " n=" << n << " n_g=" << n_g
