@@ -223,8 +223,7 @@ void AttendRange(const AttentionArgs& a, int32_t lo, int32_t hi, float* acc_out,
   // An f16 dimension-major K is scored a run of adjacent blocks at a time.
   const bool k_runs = lay.k_format().dimension_major(KVRole::kK) &&
                       lay.k_format().row_type() == DType::kF16;
-  const bool v_in_place = !vf.is_kivi() && !vf.rotated() &&
-                          (vt == DType::kF32 || vt == DType::kF16 || vt == DType::kBF16);
+  const bool v_in_place = !vf.is_kivi() && !vf.rotated() && vt != DType::kQ4_0;
   std::fill(run_max, run_max + a.n_group, -std::numeric_limits<float>::infinity());
   std::fill(run_sum, run_sum + a.n_group, 0.0f);
   std::fill(acc_out, acc_out + int64_t{a.n_group} * d, 0.0f);

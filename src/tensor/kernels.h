@@ -42,8 +42,8 @@ struct KernelSet {
   // sum_j a[j] * b[j]
   float (*dot_f32)(const float* a, const float* b, int64_t n);
   // y[g][i] += sum_j p[g * p_stride + j] * v[j][i]  for g < n_g, j < n, i < d; v and y with
-  // row stride d, v of type vt (F32, F16 or BF16; attention's probabilities times V rows, read
-  // in place from an f16 cache).
+  // row stride d, v of type vt (F32, F16, BF16, or Q8_0 with d a multiple of 32; attention's
+  // probabilities times V rows, read in place from the cache).
   void (*weighted_rows)(const float* p, int64_t p_stride, int64_t n_g, DType vt, const void* v,
                         int64_t n, int64_t d, float* y, Prefetch* ahead);
   // x[j] = exp(x[j] - shift) for j < n; returns sum_j x[j] (softmax's numerators; x[j] <= shift

@@ -327,6 +327,54 @@ void WeightedRowsOf(const float* p, int64_t p_stride, int64_t n_g, const void* v
   ahead.Return(prefetch);
 }
 
+// G heads' 32 output columns of one Q8_0 block column of V, in 4 * G registers: each row's
+// block becomes floats (the codes times the block's scale, as Dequantize computes them) in
+// registers.
+template <int G>
+void WeightedQ8Strip(const float* p, int64_t p_stride, const uint8_t* v, int64_t row_bytes,
+                     int64_t n, int64_t d, float* y, Ahead& ahead) {
+  __m256 acc[G][4];
+  for (int g = 0; g < G; ++g) {
+    for (int c = 0; c < 4; ++c) acc[g][c] = _mm256_loadu_ps(y + g * d + 8 * c);
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    ahead.Step();
+    const auto& block = *reinterpret_cast<const BlockQ8_0*>(v + j * row_bytes);
+    __m256 vj[4];
+    Q8_0Src::Unpack(block, vj);
+    const __m256 scale = _mm256_set1_ps(Scale(block.d));
+    for (int c = 0; c < 4; ++c) vj[c] = _mm256_mul_ps(vj[c], scale);
+    for (int g = 0; g < G; ++g) {
+      const __m256 pj = _mm256_set1_ps(p[g * p_stride + j]);
+      for (int c = 0; c < 4; ++c) acc[g][c] = _mm256_fmadd_ps(pj, vj[c], acc[g][c]);
+    }
+  }
+  for (int g = 0; g < G; ++g) {
+    for (int c = 0; c < 4; ++c) _mm256_storeu_ps(y + g * d + 8 * c, acc[g][c]);
+  }
+}
+
+// Pairs of heads (8 chains), a last odd head alone, one block column at a time.
+void WeightedRowsQ8(const float* p, int64_t p_stride, int64_t n_g, const void* v, int64_t n,
+                    int64_t d, float* y, Prefetch* prefetch) {
+  const auto* rows = static_cast<const uint8_t*>(v);
+  const int64_t row_bytes = d / kQK * static_cast<int64_t>(sizeof(BlockQ8_0));
+  Ahead ahead(prefetch);
+  for (int64_t b = 0; b < d / kQK; ++b) {
+    const uint8_t* column = rows + b * static_cast<int64_t>(sizeof(BlockQ8_0));
+    int64_t g = 0;
+    for (; g + 2 <= n_g; g += 2) {
+      WeightedQ8Strip<2>(p + g * p_stride, p_stride, column, row_bytes, n, d, y + g * d + b * kQK,
+                         ahead);
+    }
+    if (g < n_g) {
+      WeightedQ8Strip<1>(p + g * p_stride, p_stride, column, row_bytes, n, d, y + g * d + b * kQK,
+                         ahead);
+    }
+  }
+  ahead.Return(prefetch);
+}
+
 void WeightedRows(const float* p, int64_t p_stride, int64_t n_g, DType vt, const void* v,
                   int64_t n, int64_t d, float* y, Prefetch* ahead) {
   switch (vt) {
@@ -334,6 +382,8 @@ void WeightedRows(const float* p, int64_t p_stride, int64_t n_g, DType vt, const
       return WeightedRowsOf<F16Src>(p, p_stride, n_g, v, n, d, y, ahead);
     case DType::kBF16:
       return WeightedRowsOf<BF16Src>(p, p_stride, n_g, v, n, d, y, ahead);
+    case DType::kQ8_0:
+      return WeightedRowsQ8(p, p_stride, n_g, v, n, d, y, ahead);
     default:
       return WeightedRowsOf<F32Src>(p, p_stride, n_g, v, n, d, y, ahead);
   }

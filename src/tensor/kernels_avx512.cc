@@ -330,6 +330,47 @@ void WeightedRowsOf(const float* p, int64_t p_stride, int64_t n_g, const void* v
   ahead.Return(prefetch);
 }
 
+// G heads' 32 output columns of one Q8_0 block column of V, in 2 * G registers: each row's
+// block becomes floats (the codes times the block's scale, as Dequantize computes them) in
+// registers, for G * 2 FMAs, instead of through a copy in memory.
+template <int G>
+void WeightedQ8Strip(const float* p, int64_t p_stride, const uint8_t* v, int64_t row_bytes,
+                     int64_t n, int64_t d, float* y, Ahead& ahead) {
+  __m512 acc[G][2];
+  for (int g = 0; g < G; ++g) {
+    for (int c = 0; c < 2; ++c) acc[g][c] = _mm512_loadu_ps(y + g * d + 16 * c);
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    ahead.Step();
+    const auto& block = *reinterpret_cast<const BlockQ8_0*>(v + j * row_bytes);
+    __m512 vj[2];
+    Q8_0Src::Unpack(block, vj);
+    const __m512 scale = _mm512_set1_ps(Scale(block.d));
+    for (int c = 0; c < 2; ++c) vj[c] = _mm512_mul_ps(vj[c], scale);
+    for (int g = 0; g < G; ++g) {
+      const __m512 pj = _mm512_set1_ps(p[g * p_stride + j]);
+      for (int c = 0; c < 2; ++c) acc[g][c] = _mm512_fmadd_ps(pj, vj[c], acc[g][c]);
+    }
+  }
+  for (int g = 0; g < G; ++g) {
+    for (int c = 0; c < 2; ++c) _mm512_storeu_ps(y + g * d + 16 * c, acc[g][c]);
+  }
+}
+
+void WeightedRowsQ8(const float* p, int64_t p_stride, int64_t n_g, const void* v, int64_t n,
+                    int64_t d, float* y, Prefetch* prefetch) {
+  const auto* rows = static_cast<const uint8_t*>(v);
+  const int64_t row_bytes = static_cast<int64_t>(RowBytes(DType::kQ8_0, d));
+  Ahead ahead(prefetch);
+  for (int64_t b = 0; b < d / kQK; ++b) {
+    ByHeadGroups(n_g, [&]<int G>(int64_t g) {
+      WeightedQ8Strip<G>(p + g * p_stride, p_stride, rows + b * sizeof(BlockQ8_0), row_bytes, n,
+                         d, y + g * d + b * kQK, ahead);
+    });
+  }
+  ahead.Return(prefetch);
+}
+
 void WeightedRows(const float* p, int64_t p_stride, int64_t n_g, DType vt, const void* v,
                   int64_t n, int64_t d, float* y, Prefetch* ahead) {
   switch (vt) {
@@ -337,6 +378,8 @@ void WeightedRows(const float* p, int64_t p_stride, int64_t n_g, DType vt, const
       return WeightedRowsOf<F16Src>(p, p_stride, n_g, v, n, d, y, ahead);
     case DType::kBF16:
       return WeightedRowsOf<BF16Src>(p, p_stride, n_g, v, n, d, y, ahead);
+    case DType::kQ8_0:
+      return WeightedRowsQ8(p, p_stride, n_g, v, n, d, y, ahead);
     default:
       return WeightedRowsOf<F32Src>(p, p_stride, n_g, v, n, d, y, ahead);
   }

@@ -72,6 +72,11 @@ float ElementAt(DType t, const void* v, int64_t i) {
       return F16ToF32(static_cast<const uint16_t*>(v)[i]);
     case DType::kBF16:
       return BF16ToF32(static_cast<const uint16_t*>(v)[i]);
+    case DType::kQ8_0: {
+      // Rows of whole blocks follow one another, so element i is in block i / 32.
+      const BlockQ8_0& b = static_cast<const BlockQ8_0*>(v)[i / kQK];
+      return F16ToF32(b.d) * static_cast<float>(b.qs[i % kQK]);
+    }
     default:
       return static_cast<const float*>(v)[i];
   }

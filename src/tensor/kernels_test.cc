@@ -212,18 +212,19 @@ struct AheadBuffer {
   }
 };
 
-// V rows of every type weighted_rows reads (F32, and F16 and BF16 read in place from a cache),
-// at widths around the 8 and 16 lanes and the 32- and 64-column strips.
+// V rows of every type weighted_rows reads (F32, and F16, BF16 and Q8_0 read in place from a
+// cache), at widths around the 8 and 16 lanes and the 32- and 64-column strips.
 TEST(KernelsTest, WeightedRowsMatchesReference) {
   const KernelSet& ref = ReferenceKernels();
   for (const KernelSet* ks : AvailableKernelSets()) {
-    for (DType vt : {DType::kF32, DType::kF16, DType::kBF16}) {
-      for (int64_t d : {1, 7, 8, 17, 33, 48, 64, 80, 100, 130}) {
+    for (DType vt : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0}) {
+      for (int64_t d : {1, 7, 8, 17, 32, 33, 48, 64, 80, 96, 100, 130}) {
+        if (d % BlockElems(vt) != 0) continue;
         for (int64_t n : {0, 1, 5, 16}) {
           for (int64_t n_g : {1, 3, 4, 5, 8, 9}) {
             const int64_t p_stride = n + 3;  // rows of p longer than n: only n are read
             const std::vector<float> p = RandomFloats(n_g * p_stride, 31);
-            const std::vector<float> vf = RandomFloats(std::max<int64_t>(1, n * d), 32);
+            const std::vector<float> vf = RandomFloats(std::max<int64_t>(BlockElems(vt), n * d), 32);
             std::vector<uint8_t> v(RowBytes(vt, vf.size()));
             QuantizeRow(vt, vf.data(), v.data(), static_cast<int64_t>(vf.size()));
             std::vector<float> y = RandomFloats(n_g * d + 1, 33);
