@@ -6,11 +6,14 @@
 #
 #   pp512 and tg128 for F16, Q8_0 and Q4_0 weights            (-r $REPS, default 3)
 #   decode at depth 1 and $DEPTH (default 4096) with f16 and q8_0 KV, Q4_0 weights
-#     (-r $DEPTH_REPS, default 1: every run prefills $DEPTH tokens first, minutes on 2 cores)
+#     (-r $DEPTH_REPS, default 1: every run prefills $DEPTH tokens first, minutes on 2 cores;
+#     $DEPTH_STEPS timed steps a run, default 32: a second of decode against half a minute of
+#     prefill, where 8 steps, a fifth of a second, moved by 20% between runs)
 # Every run reads the weights into huge pages (--no-mmap), kvllm's fastest way to run.
 #
 # Usage: bench/performance.sh [--update-doc]
-#   env: BUILD (build), THREADS (2), REPS (3), DEPTH (4096), DEPTH_REPS (1), MODELS ($BUILD/models)
+#   env: BUILD (build), THREADS (2), REPS (3), DEPTH (4096), DEPTH_REPS (1), DEPTH_STEPS (32),
+#        MODELS ($BUILD/models)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD:-build}
@@ -18,6 +21,7 @@ threads=${THREADS:-2}
 reps=${REPS:-3}
 depth=${DEPTH:-4096}
 depth_reps=${DEPTH_REPS:-1}
+depth_steps=${DEPTH_STEPS:-32}
 models=${MODELS:-$build/models}
 update_doc=0
 [ "${1:-}" = "--update-doc" ] && update_doc=1
@@ -43,7 +47,8 @@ for kv in f16 q8_0; do
   echo "performance: decode at depth 1 and $depth, $kv KV" >&2
   # -p 1 -n 1: the pp/tg rows of these runs are not part of the table.
   "$kvllm" bench -m "$models/tinyllama-random-q4_0.gguf" -t "$threads" -p 1 -n 1 \
-    -r "$depth_reps" --depths "1,$depth" --depth-steps 8 --cache-only -ctk "$kv" -ctv "$kv" \
+    -r "$depth_reps" --depths "1,$depth" --depth-steps "$depth_steps" --cache-only \
+    -ctk "$kv" -ctv "$kv" \
     --no-mmap --json > "$out/depth-$kv.json"
 done
 

@@ -12,11 +12,10 @@
 // KVWindow), where the sinks are read with the query rotated so that they sit just before
 // the window (StreamingLLM positions).
 //
-// Per block, the n slots' K rows are turned into floats in scratch and multiplied with the
-// whole query group in one small matrix product (scores [n_group][n]); then the V rows,
-// turned into floats in the same scratch, are added with the probabilities as weights. Each
-// row is converted once per query group, never once per query head. How K is read
-// (kv_format.h):
+// Per chunk of blocks, the whole query group is scored against K (scores [n_group][n]); then
+// the V rows are added with the probabilities as weights, read where they lie (f32, f16,
+// bf16, q8_0; other formats are turned into floats in scratch first). Each row is read or
+// converted once per query group, never once per query head. How K is read (kv_format.h):
 //   row formats   s_j = k_j · q                       (k_j dequantized from its DType)
 //   q8_0          s_j = Σ_b d_jb · q.d_b · (q.qs_b · codes_jb) over groups b of 32 dimensions:
 //                 the query quantized to 8 bits once per span, as llama.cpp does for a q8_0

@@ -224,7 +224,8 @@ TEST(KernelsTest, WeightedRowsMatchesReference) {
           for (int64_t n_g : {1, 3, 4, 5, 8, 9}) {
             const int64_t p_stride = n + 3;  // rows of p longer than n: only n are read
             const std::vector<float> p = RandomFloats(n_g * p_stride, 31);
-            const std::vector<float> vf = RandomFloats(std::max<int64_t>(BlockElems(vt), n * d), 32);
+            const int64_t n_v = std::max<int64_t>(BlockElems(vt), n * d);
+            const std::vector<float> vf = RandomFloats(n_v, 32);
             std::vector<uint8_t> v(RowBytes(vt, vf.size()));
             QuantizeRow(vt, vf.data(), v.data(), static_cast<int64_t>(vf.size()));
             std::vector<float> y = RandomFloats(n_g * d + 1, 33);
