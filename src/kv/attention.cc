@@ -150,12 +150,12 @@ struct ChunkAhead {
 
 ChunkAhead AheadOf(const AttentionArgs& a, const BlockTable& table, int32_t b0, int32_t b1) {
   const KVLayout& lay = a.kv->layout();
+  ChunkAhead ahead;
+  if (b0 >= b1) return ahead;
   bool adjacent = true;
   for (int32_t b = b0 + 1; b < b1 && adjacent; ++b) {
     adjacent = table.blocks[b].value == table.blocks[b - 1].value + 1;
   }
-  ChunkAhead ahead;
-  if (b0 >= b1) return ahead;
   if (adjacent) {
     const uint8_t* k = a.kv->KHead(table.blocks[b0], a.layer, a.kv_head);
     const uint8_t* v = a.kv->VHead(table.blocks[b0], a.layer, a.kv_head);
@@ -223,7 +223,9 @@ void AttendRange(const AttentionArgs& a, int32_t lo, int32_t hi, float* acc_out,
   // An f16 dimension-major K is scored a run of adjacent blocks at a time.
   const bool k_runs = lay.k_format().dimension_major(KVRole::kK) &&
                       lay.k_format().row_type() == DType::kF16;
-  const bool v_in_place = !vf.is_kivi() && !vf.rotated() && vt != DType::kQ4_0;
+  // V rows of a type weighted_rows reads are read in place; others are converted first.
+  const bool v_in_place = !vf.is_kivi() && (vt == DType::kF32 || vt == DType::kF16 ||
+                                            vt == DType::kBF16 || vt == DType::kQ8_0);
   std::fill(run_max, run_max + a.n_group, -std::numeric_limits<float>::infinity());
   std::fill(run_sum, run_sum + a.n_group, 0.0f);
   std::fill(acc_out, acc_out + int64_t{a.n_group} * d, 0.0f);
@@ -277,7 +279,7 @@ void AttendRange(const AttentionArgs& a, int32_t lo, int32_t hi, float* acc_out,
         run_sum[g] = run_sum[g] * correction + kern.exp_sum(sc, len, m_new);
       }
       if (v_in_place) {
-        // Float V rows are read where they lie, one weighted sum per run of adjacent blocks.
+        // One weighted sum per run of adjacent blocks.
         ForEachRun(chunk0, chunk_end, bs, table,
                    [&](int32_t b, int32_t slot0, int32_t n, int32_t off) {
                      const uint8_t* rows = a.kv->VHead(table.blocks[b], a.layer, a.kv_head) +
