@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "tensor/fp16.h"
 #include "tensor/kernels_internal.h"
@@ -66,29 +67,16 @@ void Axpy(DType t, const void* row, float a, float* y, int64_t n) {
 
 void Dequantize(DType t, const void* row, float* y, int64_t n) { DequantizeRow(t, row, y, n); }
 
-float ElementAt(DType t, const void* v, int64_t i) {
-  switch (t) {
-    case DType::kF16:
-      return F16ToF32(static_cast<const uint16_t*>(v)[i]);
-    case DType::kBF16:
-      return BF16ToF32(static_cast<const uint16_t*>(v)[i]);
-    case DType::kQ8_0: {
-      // Rows of whole blocks follow one another, so element i is in block i / 32.
-      const BlockQ8_0& b = static_cast<const BlockQ8_0*>(v)[i / kQK];
-      return F16ToF32(b.d) * static_cast<float>(b.qs[i % kQK]);
-    }
-    default:
-      return static_cast<const float*>(v)[i];
-  }
-}
-
 // The reference asks for no lines ahead: prefetching changes no result.
 void WeightedRows(const float* p, int64_t p_stride, int64_t n_g, DType vt, const void* v,
                   int64_t n, int64_t d, float* y, Prefetch* /*ahead*/) {
-  for (int64_t g = 0; g < n_g; ++g) {
-    for (int64_t j = 0; j < n; ++j) {
+  const auto* rows = static_cast<const uint8_t*>(v);
+  std::vector<float> row(static_cast<size_t>(d));
+  for (int64_t j = 0; j < n; ++j) {
+    DequantizeRow(vt, rows + j * RowBytes(vt, d), row.data(), d);
+    for (int64_t g = 0; g < n_g; ++g) {
       const float pj = p[g * p_stride + j];
-      for (int64_t i = 0; i < d; ++i) y[g * d + i] += pj * ElementAt(vt, v, j * d + i);
+      for (int64_t i = 0; i < d; ++i) y[g * d + i] += pj * row[i];
     }
   }
 }
