@@ -57,16 +57,22 @@ DecodeRun PrefillThenDecode(const std::string& path, DType kv_type, int block_si
   return run;
 }
 
-// Checks every step's logits against the reference at the same position.
-void ExpectMatchesReference(const DecodeRun& run, const std::string& ref_model, double tolerance) {
+// Checks every step's logits against the reference at the same position: each within
+// `outlier_tolerance`, and their median within `tolerance` (the same when not given).
+void ExpectMatchesReference(const DecodeRun& run, const std::string& ref_model, double tolerance,
+                            double outlier_tolerance = 0) {
+  outlier_tolerance = std::max(outlier_tolerance, tolerance);
   auto ref = ReferenceLogits(ref_model, run.tokens);
   ASSERT_EQ(ref.size(), run.tokens.size());
   const size_t prompt_size = run.tokens.size() - kDecodeSteps;
+  std::vector<double> errors;
   for (size_t step = 0; step < run.logits.size(); ++step) {
     const size_t pos = prompt_size - 1 + step;
-    EXPECT_LT(RelativeError(run.logits[step].data(), ref[pos]), tolerance)
-        << "step " << step << " (position " << pos << ")";
+    errors.push_back(RelativeError(run.logits[step].data(), ref[pos]));
+    EXPECT_LT(errors.back(), outlier_tolerance) << "step " << step << " (position " << pos << ")";
   }
+  std::nth_element(errors.begin(), errors.begin() + errors.size() / 2, errors.end());
+  EXPECT_LT(errors[errors.size() / 2], tolerance) << "the median step";
 }
 
 TEST(ReferenceTest, F32ModelMatchesNumpyAfterPrefillAndDecode) {
@@ -104,13 +110,22 @@ TEST(ReferenceTest, MultiHeadWithoutGqaMatchesNumpy) {
 }
 
 // A quantized file against the reference reading the same file: only kvllm's f32 arithmetic
-// differs, so the f32 tolerance holds.
+// differs, so the f32 tolerance holds, with one exception. The activations of Q8_0 and Q4_0
+// matrices are rounded to 8 bits, and a value that f32 moves across a half step from where
+// float64 puts it rounds the other way: one such code moves the step's logits by up to about
+// 1e-2 on this small model, and later steps much less. Any correct f32 engine meets some: on
+// the Q4_0 file 6 of 17 steps are off by 2e-3 to 9.3e-3, the others by 6e-5 at most, with the
+// scalar kernels and the rows as GGUF stores them as with the interleaved AVX-512 ones (the
+// AVX-512 kernels on rows happened to round every code as float64 does). So for those files
+// every step is held to one such code's reach, and the median step to the f32 tolerance.
 TEST(ReferenceTest, QuantizedFilesMatchNumpyOnTheSameFile) {
   for (const char* type : {"f16", "bf16", "q8_0", "q4_0"}) {
     SCOPED_TRACE(type);
     const std::string path = TestModel(std::string("tiny-") + type + "-s7",
                                        std::string("--preset tiny --seed 7 --type ") + type);
-    ExpectMatchesReference(PrefillThenDecode(path, DType::kF32), path, 1e-4);
+    const bool rounds_activations = type[0] == 'q';
+    ExpectMatchesReference(PrefillThenDecode(path, DType::kF32), path, 1e-4,
+                           rounds_activations ? 2e-2 : 1e-4);
   }
 }
 

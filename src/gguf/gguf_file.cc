@@ -508,6 +508,16 @@ GgufFile& GgufFile::operator=(GgufFile&& other) noexcept {
 
 GgufFile::~GgufFile() { Unmap(); }
 
+void GgufFile::Discard(const void* p, size_t n) {
+  if (map_ == nullptr && owned_.data() == nullptr) return;
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t first = (begin + page - 1) / page * page, last = (begin + n) / page * page;
+  KVLLM_CHECK(begin >= reinterpret_cast<uintptr_t>(data_) &&
+              begin + n <= reinterpret_cast<uintptr_t>(data_) + size_);
+  if (first < last) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
 void GgufFile::Unmap() {
   if (map_ != nullptr) ::munmap(map_, map_bytes_);
   map_ = nullptr;

@@ -138,6 +138,12 @@ class GgufFile {
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const TensorInfo* FindTensor(std::string_view name) const;  // nullptr when absent
 
+  // The caller will no longer read the n bytes at p, part of this file's data (tensors it has
+  // copied elsewhere): the pages wholly inside go back to the system. A mapped file's pages
+  // would be read from the file again if touched; memory read with LoadMode::kRead would read
+  // as zeros. Does nothing to a caller's buffer (Parse).
+  void Discard(const void* p, size_t n);
+
  private:
   GgufFile() = default;
   Status ParseAll();

@@ -926,6 +926,47 @@ TEST(GgufOpenTest, ReadModeHoldsTheSameBytesInHugePageAlignedMemory) {
   EXPECT_EQ(static_cast<const uint8_t*>(norm)[1], PatternByte(3, 1));
 }
 
+// Discard gives back the pages wholly inside a tensor and nothing else: a mapped file reads
+// them from the file again, memory read with --no-mmap reads zeros there, and a caller's
+// buffer is left alone.
+TEST(GgufOpenTest, DiscardReleasesOnlyWholePagesOfTheRange) {
+  GgufBuilder builder = RichBuilder(/*rows=*/64);  // token_embd: 16 KiB of f32
+  const std::vector<uint8_t> bytes = builder.Build();
+  TempFile temp(bytes);
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  for (LoadMode mode : {LoadMode::kMmap, LoadMode::kRead}) {
+    StatusOr<GgufFile> file = GgufFile::Open(temp.path(), mode);
+    ASSERT_TRUE(file.ok()) << file.status().message();
+    const TensorInfo& embd = *file->FindTensor("token_embd.weight");
+    const std::vector<uint8_t> before(static_cast<const uint8_t*>(embd.data),
+                                      static_cast<const uint8_t*>(embd.data) + embd.n_bytes);
+    const TensorInfo& q = *file->FindTensor("blk.0.attn_q.weight");
+    const std::vector<uint8_t> other(static_cast<const uint8_t*>(q.data),
+                                     static_cast<const uint8_t*>(q.data) + q.n_bytes);
+    // The tensor without its first byte, so that the range starts off a page boundary.
+    const auto* start = static_cast<const uint8_t*>(embd.data) + 1;
+    file->Discard(start, embd.n_bytes - 1);
+    const uintptr_t first = (reinterpret_cast<uintptr_t>(start) + page - 1) / page * page;
+    const uintptr_t last = (reinterpret_cast<uintptr_t>(start) + embd.n_bytes - 1) / page * page;
+    ASSERT_LT(first, last);
+    const auto* data = static_cast<const uint8_t*>(embd.data);
+    for (size_t i = 0; i < embd.n_bytes; ++i) {
+      const auto at = reinterpret_cast<uintptr_t>(data + i);
+      const bool released = at >= first && at < last;
+      const uint8_t want = mode == LoadMode::kRead && released ? 0 : before[i];
+      ASSERT_EQ(data[i], want) << "byte " << i << (released ? " (released)" : "");
+    }
+    EXPECT_EQ(std::memcmp(q.data, other.data(), other.size()), 0);
+  }
+  StatusOr<GgufFile> parsed = GgufFile::Parse(bytes.data(), bytes.size());
+  ASSERT_TRUE(parsed.ok());
+  const TensorInfo& embd = *parsed->FindTensor("token_embd.weight");
+  parsed->Discard(embd.data, embd.n_bytes);
+  EXPECT_EQ(std::memcmp(bytes.data() + builder.data_offset() + builder.offset(0), embd.data,
+                        embd.n_bytes),
+            0);
+}
+
 TEST(GgufOpenTest, ReadModeReportsTheSameErrors) {
   const std::string missing = "/nonexistent/kvllm/model.gguf";
   ExpectError(GgufFile::Open(missing, LoadMode::kRead),

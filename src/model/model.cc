@@ -44,6 +44,7 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path, gguf::Load
   KVLLM_ASSIGN_OR_RETURN(gguf::GgufFile file, gguf::GgufFile::Open(path, mode));
   KVLLM_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::FromGguf(file));
   KVLLM_ASSIGN_OR_RETURN(Weights weights, Weights::Bind(file, config));
+  KVLLM_RETURN_IF_ERROR(weights.Interleave(file).status());
   return std::unique_ptr<Model>(new Model(std::move(file), std::move(config), std::move(weights)));
 }
 
@@ -144,9 +145,8 @@ void Model::Forward(const ForwardBatch& batch, KVCache& kv, ThreadPool& pool, fl
     // Attention block: h = norm(x); q, k, v = h W; rope; cache v; then phase by phase (see
     // model.h) cache k, attend, seal full KIVI K blocks; x += attn Wo.
     for (int32_t t = 0; t < n_tok; ++t) RmsNorm(&x_[t * e], w.attn_norm, &h_[t * e], e, c.rms_eps);
-    const MatMulOut qkv[] = {{w.wq.type, w.wq.data, qd, q_.data()},
-                             {w.wk.type, w.wk.data, kvd, k_.data()},
-                             {w.wv.type, w.wv.data, kvd, v_.data()}};
+    const MatMulOut qkv[] = {w.wq.Product(q_.data()), w.wk.Product(k_.data()),
+                             w.wv.Product(v_.data())};
     MatMulShared(qkv, e, h_.data(), n_tok, &pool);
     if (kv.window().enabled()) std::copy(q_.begin(), q_.begin() + n_tok * qd, q_raw_.begin());
     for (int32_t t = 0; t < n_tok; ++t) {
@@ -168,16 +168,16 @@ void Model::Forward(const ForwardBatch& batch, KVCache& kv, ThreadPool& pool, fl
         }
       }
     }
-    MatMul(w.wo.type, w.wo.data, e, qd, attn_.data(), n_tok, h_.data(), &pool);
+    MatMul(w.wo.type, w.wo.data, e, qd, attn_.data(), n_tok, h_.data(), &pool, w.wo.layout);
     for (int64_t i = 0; i < n_tok * e; ++i) x_[i] += h_[i];
 
     // Feed-forward block: x += (silu(h Wgate) * (h Wup)) Wdown.
     for (int32_t t = 0; t < n_tok; ++t) RmsNorm(&x_[t * e], w.ffn_norm, &h_[t * e], e, c.rms_eps);
-    const MatMulOut gate_up[] = {{w.w_gate.type, w.w_gate.data, c.n_ff, gate_.data()},
-                                 {w.w_up.type, w.w_up.data, c.n_ff, up_.data()}};
+    const MatMulOut gate_up[] = {w.w_gate.Product(gate_.data()), w.w_up.Product(up_.data())};
     MatMulShared(gate_up, e, h_.data(), n_tok, &pool);
     kern.swiglu(gate_.data(), up_.data(), int64_t{n_tok} * c.n_ff);
-    MatMul(w.w_down.type, w.w_down.data, e, c.n_ff, gate_.data(), n_tok, h_.data(), &pool);
+    MatMul(w.w_down.type, w.w_down.data, e, c.n_ff, gate_.data(), n_tok, h_.data(), &pool,
+           w.w_down.layout);
     for (int64_t i = 0; i < n_tok * e; ++i) x_[i] += h_[i];
   }
 
@@ -188,7 +188,7 @@ void Model::Forward(const ForwardBatch& batch, KVCache& kv, ThreadPool& pool, fl
     RmsNorm(&x_[t * e], weights_.output_norm, &h_[r * e], e, c.rms_eps);
   }
   MatMul(weights_.output.type, weights_.output.data, c.n_vocab, e, h_.data(), n_out, logits,
-         &pool);
+         &pool, weights_.output.layout);
 }
 
 void Model::Attention(const ForwardBatch& batch, KVCache& kv, ThreadPool& pool, int32_t layer,

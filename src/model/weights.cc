@@ -1,6 +1,10 @@
 #include "model/weights.h"
 
+#include <cerrno>
+#include <cstring>
 #include <string>
+
+#include "tensor/quant.h"
 
 namespace kvllm {
 namespace {
@@ -70,6 +74,35 @@ StatusOr<Weights> Weights::Bind(const gguf::GgufFile& f, const ModelConfig& c) {
     KVLLM_ASSIGN_OR_RETURN(l.w_down, BindMatrix(f, b + "ffn_down.weight", e, c.n_ff));
   }
   return w;
+}
+
+StatusOr<size_t> Weights::Interleave(gguf::GgufFile& file) {
+  std::vector<Matrix*> moved;
+  for (LayerWeights& l : layers) {
+    for (Matrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+      moved.push_back(m);
+    }
+  }
+  if (!tied_output) moved.push_back(&output);
+  std::erase_if(moved, [](const Matrix* m) { return !PrefersInterleaved(m->type, m->n_out); });
+  size_t total = 0;
+  for (const Matrix* m : moved) total += m->bytes();
+  if (total == 0) return size_t{0};
+  interleaved = HugePageBuffer::Allocate(total);
+  if (interleaved.data() == nullptr) {
+    return Status::Error("model: cannot allocate " + std::to_string(total >> 20) +
+                         " MiB for the interleaved weights: " + std::strerror(errno));
+  }
+  uint8_t* next = interleaved.data();
+  for (Matrix* m : moved) {
+    InterleaveRows(m->type, m->data, m->n_out, m->n_in, next);
+    file.Discard(m->data, m->bytes());
+    m->data = next;
+    m->layout = WeightLayout::kInterleaved16;
+    next += m->bytes();
+  }
+  interleaved.MakeReadOnly();
+  return total;
 }
 
 size_t Weights::DecodeBytes() const {

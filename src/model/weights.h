@@ -1,30 +1,39 @@
-// Weights: the model's tensors bound in place to the mmap'd GGUF file (never copied), with
-// their shapes checked against the ModelConfig. Names are llama.cpp's.
+// Weights: the model's tensors bound in place to the mmap'd GGUF file, with their shapes checked
+// against the ModelConfig, and the matrices the kernels read faster interleaved copied out of
+// it once, 16 rows at a time. Names are llama.cpp's.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
+#include "base/huge_pages.h"
 #include "base/status.h"
 #include "gguf/gguf_file.h"
 #include "model/model_config.h"
 #include "tensor/dtype.h"
+#include "tensor/kernels.h"
 
 namespace kvllm {
 
-// A row-major matrix W[n_out][n_in] stored in `type` (rows are RowBytes(type, n_in) apart).
+// A matrix W[n_out][n_in] stored in `type`, row after row (rows RowBytes(type, n_in) apart) or
+// interleaved 16 rows at a time (the same bytes in all).
 struct Matrix {
   DType type = DType::kF32;
   const void* data = nullptr;
   int64_t n_out = 0;
   int64_t n_in = 0;
+  WeightLayout layout = WeightLayout::kRows;
 
   size_t row_bytes() const { return RowBytes(type, n_in); }
+  // Row i, of a matrix stored row after row.
   const void* Row(int64_t i) const {
+    KVLLM_CHECK(layout == WeightLayout::kRows);
     return static_cast<const uint8_t*>(data) + static_cast<size_t>(i) * row_bytes();
   }
   size_t bytes() const { return static_cast<size_t>(n_out) * row_bytes(); }
+  // This matrix's part of a MatMulShared call, its product into y.
+  MatMulOut Product(float* y) const { return {type, data, n_out, y, layout}; }
 };
 
 struct LayerWeights {
@@ -45,8 +54,13 @@ struct Weights {
   Matrix output;             // [n_vocab][n_embd]; the same tensor as token_embd when tied
   bool tied_output = false;  // output.weight absent: logits use the token embedding
   std::vector<LayerWeights> layers;
+  HugePageBuffer interleaved;  // what Interleave copied
 
   static StatusOr<Weights> Bind(const gguf::GgufFile& file, const ModelConfig& config);
+  // Copies every layer matrix and the output matrix (unless it is the embedding) for which
+  // PrefersInterleaved holds into memory of its own, interleaved, and discards the file's
+  // copy. Returns the bytes moved (0 where the kernels prefer rows).
+  StatusOr<size_t> Interleave(gguf::GgufFile& file);
   // Bytes of all matrices read by one decode step (the embedding row is negligible).
   size_t DecodeBytes() const;
 };

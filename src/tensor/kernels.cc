@@ -111,16 +111,43 @@ struct MatMulJob {
   int64_t n_in;
   const float* x;  // [n_tok][n_in]
   const BlockQ8Act* xq;  // [n_tok][n_in / kQK] X quantized, for Q8_0 and Q4_0 weights
+  const int32_t* xsum;   // [n_tok][n_in / kQK] the sums of xq's codes, for interleaved weights
+  WeightLayout layout;
   int64_t n_tok;
   float* y;  // [n_tok][n_out]
   int64_t rows_per_task;
 };
 
-// This thread's buffer for X quantized, [n_tok][n_in / kQK]. Grows, never shrinks.
+// This thread's buffers for X quantized, [n_tok][n_in / kQK], and its blocks' code sums.
+// Grow, never shrink.
 BlockQ8Act* ActScratch(int64_t n_blocks) {
   thread_local std::vector<BlockQ8Act> scratch;
   if (static_cast<int64_t>(scratch.size()) < n_blocks) scratch.resize(n_blocks);
   return scratch.data();
+}
+int32_t* ActSumScratch(int64_t n_blocks) {
+  thread_local std::vector<int32_t> scratch;
+  if (static_cast<int64_t>(scratch.size()) < n_blocks) scratch.resize(n_blocks);
+  return scratch.data();
+}
+
+// Interleaved weights: the task's groups of 16 rows in one call.
+void Act16Rows(const MatMulJob& job, int64_t begin, int64_t end) {
+  const internal::DotAct16Fn fn = job.kernels->dot_act16 != nullptr
+                                      ? job.kernels->dot_act16
+                                      : internal::ScalarLevelKernels().dot_act16;
+  fn({
+      .wt = job.wt,
+      .w = job.w + begin * job.row_bytes,
+      .n_groups = (end - begin) / 16,
+      .xq = job.xq,
+      .xsum = job.xsum,
+      .xq_stride = job.n_in / kQK,
+      .n_tok = job.n_tok,
+      .n = job.n_in,
+      .y = job.y + begin,
+      .y_stride = job.n_out,
+  });
 }
 
 // Quantized weights: every output as one dot_act (bit for bit), through tiles of up to 4 rows
@@ -204,7 +231,9 @@ void MatMatRows(const MatMulJob& job, int64_t begin, int64_t end) {
 void RunMatMulTask(const MatMulJob& job, int64_t task) {
   const int64_t begin = task * job.rows_per_task;
   const int64_t end = std::min(begin + job.rows_per_task, job.n_out);
-  if (job.xq != nullptr) {
+  if (job.layout == WeightLayout::kInterleaved16) {
+    Act16Rows(job, begin, end);
+  } else if (job.xq != nullptr) {
     ActRows(job, begin, end);
   } else if (job.n_tok == 1) {
     MatVecRows(job, begin, end);
@@ -229,6 +258,11 @@ const char* SimdLevelName(SimdLevel level) {
 
 const KernelSet& Kernels() { return ActiveLevelKernels().set; }
 
+bool PrefersInterleaved(DType t, int64_t n_out) {
+  return UsesQ8Activations(t) && n_out % 16 == 0 &&
+         ActiveLevelKernels().set.level == SimdLevel::kAvx512;
+}
+
 std::vector<const internal::LevelKernels*> internal::AvailableLevelKernels() {
   std::vector<const LevelKernels*> levels;
   for (int level = 0; level <= static_cast<int>(SupportedLevel()); ++level) {
@@ -248,8 +282,8 @@ std::vector<const KernelSet*> AvailableKernelSets() {
 const KernelSet& ReferenceKernels() { return internal::ScalarLevelKernels().set; }
 
 void MatMul(DType wt, const void* w, int64_t n_out, int64_t n_in, const float* x, int64_t n_tok,
-            float* y, ThreadPool* pool) {
-  internal::MatMulWith(ActiveLevelKernels(), wt, w, n_out, n_in, x, n_tok, y, pool);
+            float* y, ThreadPool* pool, WeightLayout layout) {
+  internal::MatMulWith(ActiveLevelKernels(), wt, w, n_out, n_in, x, n_tok, y, pool, layout);
 }
 
 void MatMulShared(std::span<const MatMulOut> outs, int64_t n_in, const float* x, int64_t n_tok,
@@ -259,8 +293,8 @@ void MatMulShared(std::span<const MatMulOut> outs, int64_t n_in, const float* x,
 
 void internal::MatMulWith(const LevelKernels& kernels, DType wt, const void* w, int64_t n_out,
                           int64_t n_in, const float* x, int64_t n_tok, float* y,
-                          ThreadPool* pool) {
-  const MatMulOut out{wt, w, n_out, y};
+                          ThreadPool* pool, WeightLayout layout) {
+  const MatMulOut out{wt, w, n_out, y, layout};
   MatMulSharedWith(kernels, {&out, 1}, n_in, x, n_tok, pool);
 }
 
@@ -269,12 +303,27 @@ void internal::MatMulSharedWith(const LevelKernels& kernels, std::span<const Mat
   KVLLM_CHECK(outs.size() <= kMaxSharedMatMuls);
   if (n_tok <= 0) return;
   BlockQ8Act* xq = nullptr;
+  int32_t* xsum = nullptr;
   const auto quantized = [](const MatMulOut& o) { return UsesQ8Activations(o.wt); };
+  const auto interleaved = [](const MatMulOut& o) {
+    return o.layout == WeightLayout::kInterleaved16;
+  };
+  for (const MatMulOut& o : outs) {
+    KVLLM_CHECK(!interleaved(o) || (quantized(o) && o.n_out % 16 == 0));
+  }
   if (n_in > 0 && std::any_of(outs.begin(), outs.end(), quantized)) {
     const int64_t blocks = n_in / kQK;
     xq = ActScratch(n_tok * blocks);
     for (int64_t t = 0; t < n_tok; ++t) {
       kernels.set.quantize_act(x + t * n_in, xq + t * blocks, n_in);
+    }
+    if (std::any_of(outs.begin(), outs.end(), interleaved)) {
+      xsum = ActSumScratch(n_tok * blocks);
+      for (int64_t b = 0; b < n_tok * blocks; ++b) {
+        int32_t sum = 0;
+        for (int8_t q : xq[b].qs) sum += q;
+        xsum[b] = sum;
+      }
     }
   }
   // The jobs' tasks, numbered one after another: job j has tasks [first[j], first[j + 1]).
@@ -296,6 +345,8 @@ void internal::MatMulSharedWith(const LevelKernels& kernels, std::span<const Mat
         .n_in = n_in,
         .x = x,
         .xq = quantized(o) ? xq : nullptr,
+        .xsum = xsum,
+        .layout = o.layout,
         .n_tok = n_tok,
         .y = o.y,
         .rows_per_task = n_tok == 1 ? kMatVecTaskRows : kMatMatTaskRows,
@@ -319,13 +370,34 @@ void internal::MatMulSharedWith(const LevelKernels& kernels, std::span<const Mat
 }
 
 void MatMul_ref(DType wt, const void* w, int64_t n_out, int64_t n_in, const float* x, int64_t n_tok,
-                float* y) {
+                float* y, WeightLayout layout) {
   const KernelSet& ref = ReferenceKernels();
   const auto* rows = static_cast<const uint8_t*>(w);
   const size_t row_bytes = RowBytes(wt, n_in);
   std::vector<BlockQ8Act> xq(UsesQ8Activations(wt) ? n_in / kQK : 0);
+  std::vector<int32_t> xsum(xq.size());
   for (int64_t t = 0; t < n_tok; ++t) {
     if (!xq.empty()) ref.quantize_act(x + t * n_in, xq.data(), n_in);
+    if (layout == WeightLayout::kInterleaved16) {
+      KVLLM_CHECK(UsesQ8Activations(wt) && n_out % 16 == 0);
+      for (size_t b = 0; b < xq.size(); ++b) {
+        xsum[b] = 0;
+        for (int8_t q : xq[b].qs) xsum[b] += q;
+      }
+      internal::ScalarLevelKernels().dot_act16({
+          .wt = wt,
+          .w = rows,
+          .n_groups = n_out / 16,
+          .xq = xq.data(),
+          .xsum = xsum.data(),
+          .xq_stride = n_in / kQK,
+          .n_tok = 1,
+          .n = n_in,
+          .y = y + t * n_out,
+          .y_stride = n_out,
+      });
+      continue;
+    }
     for (int64_t o = 0; o < n_out; ++o) {
       y[t * n_out + o] = xq.empty() ? ref.dot(wt, rows + o * row_bytes, x + t * n_in, n_in)
                                     : ref.dot_act(wt, rows + o * row_bytes, xq.data(), n_in);

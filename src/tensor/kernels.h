@@ -85,6 +85,16 @@ const KernelSet& Kernels();
 std::vector<const KernelSet*> AvailableKernelSets();
 const KernelSet& ReferenceKernels();
 
+// How the blocks of a Q8_0 or Q4_0 weight matrix lie in memory.
+enum class WeightLayout : uint8_t {
+  kRows,           // row after row, as a GGUF file stores them
+  kInterleaved16,  // 16 rows at a time, block by block (InterleaveRows, quant.h)
+};
+// Whether MatMul with the active kernels is faster on a matrix of n_out rows of type t stored
+// kInterleaved16: Q8_0 or Q4_0, n_out a multiple of 16, at the AVX-512 level (the only one
+// with kernels for that layout; the others would run the scalar one).
+bool PrefersInterleaved(DType t, int64_t n_out);
+
 // Y[t][o] = sum_i W[o][i] * X[t][i]
 //   W: [n_out][n_in] rows of type wt (row stride RowBytes(wt, n_in))
 //   X: [n_tok][n_in] f32, Y: [n_tok][n_out] f32
@@ -92,11 +102,12 @@ const KernelSet& ReferenceKernels();
 // each row of W is dequantized once per block of up to 64 tokens and reused for all of them
 // (matrix x matrix), with n_tok == 1 it is a matrix x vector. Q8_0 and Q4_0 weights: each row
 // of X is quantized once (BlockQ8Act) and every output is one dot_act, whatever n_tok is, so
-// a token's result does not depend on the batch it came in. After a thread's first call
-// nothing is allocated.
+// a token's result does not depend on the batch it came in. Stored kInterleaved16, every
+// output is the same sum block by block, acc = fma(f32(integer dot) * d_w, d_x, acc), which
+// rounds differently from kRows's. After a thread's first call nothing is allocated.
 // `pool` may be nullptr (runs on the calling thread).
 void MatMul(DType wt, const void* w, int64_t n_out, int64_t n_in, const float* x, int64_t n_tok,
-            float* y, ThreadPool* pool);
+            float* y, ThreadPool* pool, WeightLayout layout = WeightLayout::kRows);
 // One weight matrix of a MatMulShared call, W: [n_out][n_in] of type wt, and its product
 // Y: [n_tok][n_out].
 struct MatMulOut {
@@ -104,6 +115,7 @@ struct MatMulOut {
   const void* w;
   int64_t n_out;
   float* y;
+  WeightLayout layout = WeightLayout::kRows;
 };
 constexpr size_t kMaxSharedMatMuls = 4;
 // MatMul of up to kMaxSharedMatMuls weight matrices with the same X (a layer's q, k and v;
@@ -114,6 +126,6 @@ void MatMulShared(std::span<const MatMulOut> outs, int64_t n_in, const float* x,
 // Same contract as MatMul using the reference kernels on one thread (quantizing X the same
 // way for Q8_0 and Q4_0 weights): the oracle for MatMul.
 void MatMul_ref(DType wt, const void* w, int64_t n_out, int64_t n_in, const float* x,
-                int64_t n_tok, float* y);
+                int64_t n_tok, float* y, WeightLayout layout = WeightLayout::kRows);
 
 }  // namespace kvllm

@@ -807,6 +807,7 @@ const LevelKernels& Avx2LevelKernels() {
        &MaxF32, &ScoresF16T, &ScoresQ8T, &QuantizeAct, &DotAct, &SwiGlu},
       &DotTile,
       &DotActTile,
+      nullptr,
   };
   return kLevel;
 }

@@ -862,6 +862,93 @@ float DotAct(DType t, const void* row, const BlockQ8Act* xq, int64_t n) {
   return DotActBlocks<Q4_0Ints>(row, xq, n);
 }
 
+// The codes of one interleaved block as 8 vectors: vector j holds the 16 rows' quads that
+// meet the activations' quad j (codes 4j .. 4j + 3), each code plus kOffset, unsigned.
+struct Q4_0x16Codes {
+  static constexpr int kOffset = 8;
+  static constexpr int64_t kBlockBytes = sizeof(BlockQ4_0x16);
+  static void Load(const uint8_t* block, __m512i c[8]) {
+    const auto* b = reinterpret_cast<const BlockQ4_0x16*>(block);
+    const __m512i low = _mm512_set1_epi8(0x0f);
+    for (int j = 0; j < 4; ++j) {
+      const __m512i v = _mm512_loadu_si512(b->qs[j]);
+      c[j] = _mm512_and_si512(v, low);
+      c[4 + j] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+    }
+  }
+};
+
+struct Q8_0x16Codes {
+  static constexpr int kOffset = 128;
+  static constexpr int64_t kBlockBytes = sizeof(BlockQ8_0x16);
+  static void Load(const uint8_t* block, __m512i c[8]) {
+    const auto* b = reinterpret_cast<const BlockQ8_0x16*>(block);
+    for (int j = 0; j < 8; ++j) c[j] = _mm512_loadu_si512(b->qs[j]);
+  }
+};
+
+// The activations' quad j of a block in every int32 lane.
+__m512i BroadcastQuad(const BlockQ8Act& x, int j) {
+  int32_t quad;
+  std::memcpy(&quad, x.qs + 4 * j, sizeof(quad));
+  return _mm512_set1_epi32(quad);
+}
+
+// One group of 16 interleaved rows against T tokens from t0: each block's codes are unpacked
+// once for the T tokens, and each row's sum stays in its own lane (the contract's order).
+template <class Codes, int T>
+void Act16Group(const Act16Args& a, int64_t g, int64_t t0) {
+  const int64_t nb = a.n / kQK;
+  const uint8_t* group = a.w + g * nb * Codes::kBlockBytes;
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* block = group + b * Codes::kBlockBytes;
+    __m512i c[8];
+    Codes::Load(block, c);
+    // The 16 f16 scales open the block.
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(block)));
+    for (int t = 0; t < T; ++t) {
+      const int64_t at = (t0 + t) * a.xq_stride + b;
+      const BlockQ8Act& x = a.xq[at];
+      // Two chains of four, started at -offset * the codes' sum, which the offset added.
+      __m512i lo = _mm512_set1_epi32(-Codes::kOffset * a.xsum[at]);
+      __m512i hi = _mm512_setzero_si512();
+      for (int j = 0; j < 4; ++j) {
+        lo = _mm512_dpbusd_epi32(lo, c[j], BroadcastQuad(x, j));
+        hi = _mm512_dpbusd_epi32(hi, c[4 + j], BroadcastQuad(x, 4 + j));
+      }
+      const __m512 s = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(lo, hi)), dw);
+      acc[t] = _mm512_fmadd_ps(s, _mm512_set1_ps(x.d), acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) _mm512_storeu_ps(a.y + (t0 + t) * a.y_stride + 16 * g, acc[t]);
+}
+
+// Decode runs one group after another (one sequential stream: no prefetch needed); prefill
+// takes 8 tokens at a time per group (8 codes + 8 sums in registers), then 4, 2 and 1.
+template <class Codes>
+void DotAct16Blocks(const Act16Args& a) {
+  for (int64_t g = 0; g < a.n_groups; ++g) {
+    int64_t t = 0;
+    for (; t + 8 <= a.n_tok; t += 8) Act16Group<Codes, 8>(a, g, t);
+    if (t + 4 <= a.n_tok) {
+      Act16Group<Codes, 4>(a, g, t);
+      t += 4;
+    }
+    if (t + 2 <= a.n_tok) {
+      Act16Group<Codes, 2>(a, g, t);
+      t += 2;
+    }
+    if (t < a.n_tok) Act16Group<Codes, 1>(a, g, t);
+  }
+}
+
+void DotAct16(const Act16Args& a) {
+  if (a.wt == DType::kQ8_0) return DotAct16Blocks<Q8_0x16Codes>(a);
+  DotAct16Blocks<Q4_0x16Codes>(a);
+}
+
 // R weight rows x T tokens: each x vector is loaded once for R FMAs and each w vector once
 // for T, with R * T independent accumulators. 4 x 4 uses 16 accumulators + 4 w + 4 x of the
 // 32 zmm registers. The last n % 16 columns are one masked step.
@@ -937,6 +1024,7 @@ const LevelKernels& Avx512LevelKernels() {
        &MaxF32, &ScoresF16T, &ScoresQ8T, &QuantizeAct, &DotAct, &SwiGlu},
       &DotTile,
       &DotActTile,
+      &DotAct16,
   };
   return kLevel;
 }

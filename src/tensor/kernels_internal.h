@@ -49,6 +49,27 @@ struct ActTileArgs {
 };
 using DotActTileFn = void (*)(const ActTileArgs& args);
 
+// Q8_0 / Q4_0 weights stored WeightLayout::kInterleaved16 against quantized activations:
+// n_groups groups of 16 rows from w, and for g < n_groups, r < 16, t < n_tok
+//   y[t * y_stride + 16 * g + r] = acc, where acc = 0, then for each block b in order
+//   acc = fma(f32(sum_j q[j] * xq[t * xq_stride + b].qs[j]) * d_w, xq[...].d, acc)
+// (q and d_w row r's in block b): one rounding order for every level and batch size.
+// xsum[t * xq_stride + b] = sum_j xq[t * xq_stride + b].qs[j], which lets a kernel multiply
+// offset codes (unsigned) and take the offset off once per block.
+struct Act16Args {
+  DType wt;
+  const uint8_t* w;
+  int64_t n_groups;
+  const BlockQ8Act* xq;
+  const int32_t* xsum;
+  int64_t xq_stride;  // blocks
+  int64_t n_tok;
+  int64_t n;
+  float* y;
+  int64_t y_stride;
+};
+using DotAct16Fn = void (*)(const Act16Args& args);
+
 // Calls strip.template operator()<G>(g) over n_g query heads in groups of G = 8, then one
 // group each of 4, 2 and 1 as needed: the SIMD score kernels keep G accumulators in registers.
 // Instantiated only with each kernel file's own lambdas, so every ISA gets its own copy.
@@ -71,6 +92,7 @@ struct LevelKernels {
   KernelSet set;  // what Kernels() hands out
   DotTileFn dot_tile;
   DotActTileFn dot_act_tile;
+  DotAct16Fn dot_act16;  // nullptr: MatMul uses the scalar level's
 };
 
 const LevelKernels& ScalarLevelKernels();
@@ -85,7 +107,8 @@ std::vector<const LevelKernels*> AvailableLevelKernels();
 // MatMul (kernels.h) with the given level's kernels instead of the active one, so that tests
 // can run every level's tiles whichever is active.
 void MatMulWith(const LevelKernels& kernels, DType wt, const void* w, int64_t n_out, int64_t n_in,
-                const float* x, int64_t n_tok, float* y, ThreadPool* pool);
+                const float* x, int64_t n_tok, float* y, ThreadPool* pool,
+                WeightLayout layout = WeightLayout::kRows);
 void MatMulSharedWith(const LevelKernels& kernels, std::span<const MatMulOut> outs, int64_t n_in,
                       const float* x, int64_t n_tok, ThreadPool* pool);
 

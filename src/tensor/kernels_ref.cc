@@ -181,6 +181,45 @@ float DotAct(DType t, const void* row, const BlockQ8Act* xq, int64_t n) {
   return sum;
 }
 
+// Row r's integers and scale in an interleaved block, as they were before the interleaving.
+void Block16Ints(DType t, const uint8_t* block, int r, int w[kQK], float* d) {
+  if (t == DType::kQ8_0) {
+    const auto* b = reinterpret_cast<const BlockQ8_0x16*>(block);
+    for (int j = 0; j < kQK; ++j) w[j] = b->qs[j / 4][r][j % 4] - 128;
+    *d = F16ToF32(b->d[r]);
+    return;
+  }
+  const auto* b = reinterpret_cast<const BlockQ4_0x16*>(block);
+  for (int j = 0; j < kQK / 2; ++j) {
+    const uint8_t q = b->qs[j / 4][r][j % 4];
+    w[j] = (q & 0x0f) - 8;
+    w[j + kQK / 2] = (q >> 4) - 8;
+  }
+  *d = F16ToF32(b->d[r]);
+}
+
+void DotAct16(const Act16Args& a) {
+  const int64_t nb = a.n / kQK;
+  const size_t block_bytes = 16 * BlockBytes(a.wt);
+  for (int64_t g = 0; g < a.n_groups; ++g) {
+    for (int64_t t = 0; t < a.n_tok; ++t) {
+      for (int r = 0; r < 16; ++r) {
+        float acc = 0.0f;
+        for (int64_t b = 0; b < nb; ++b) {
+          int w[kQK];
+          float d;
+          Block16Ints(a.wt, a.w + (g * nb + b) * block_bytes, r, w, &d);
+          const BlockQ8Act& x = a.xq[t * a.xq_stride + b];
+          int32_t isum = 0;
+          for (int j = 0; j < kQK; ++j) isum += w[j] * x.qs[j];
+          acc = std::fma(static_cast<float>(isum) * d, x.d, acc);
+        }
+        a.y[t * a.y_stride + 16 * g + r] = acc;
+      }
+    }
+  }
+}
+
 void DotTile(const TileArgs& a) {
   for (int64_t t = 0; t < a.n_tok; ++t) {
     for (int r = 0; r < a.n_rows; ++r) {
@@ -207,6 +246,7 @@ const LevelKernels& ScalarLevelKernels() {
        &MaxF32, &ScoresF16T, &ScoresQ8T, &QuantizeAct, &DotAct, &SwiGlu},
       &DotTile,
       &DotActTile,
+      &DotAct16,
   };
   return kLevel;
 }

@@ -675,6 +675,88 @@ TEST(MatMulTest, SharedProductsEqualSeparateOnes) {
   }
 }
 
+// Matrices stored 16 rows at a time: every level gives the reference's bits (one rounding
+// order for all), token by token whatever the batch, and the reference is the row layout's
+// product up to rounding. Odd block counts, several tasks, every prefill token tile (8, 4, 2,
+// 1).
+TEST(MatMulTest, InterleavedWeightsMatchTheReferenceBitForBit) {
+  ThreadPool pool1(1);
+  ThreadPool pool2(2);
+  for (DType t : kQ8ActTypes) {
+    for (int64_t n_out : {16, 80}) {
+      for (int64_t n_in : {32, 96, 2080}) {
+        std::vector<uint8_t> rows(RowBytes(t, n_in) * n_out), packed(rows.size());
+        std::vector<float> w_values(n_in * n_out);
+        const std::vector<float> w_src = RandomFloats(n_in * n_out, 60);
+        for (int64_t o = 0; o < n_out; ++o) {
+          QuantizeRow(t, w_src.data() + o * n_in, rows.data() + o * RowBytes(t, n_in), n_in);
+          DequantizeRow(t, rows.data() + o * RowBytes(t, n_in), w_values.data() + o * n_in,
+                        n_in);
+        }
+        InterleaveRows(t, rows.data(), n_out, n_in, packed.data());
+        for (int64_t n_tok : {1, 15}) {
+          const std::vector<float> x = RandomFloats(n_tok * n_in, 61);
+          std::vector<float> want(n_tok * n_out), by_rows(n_tok * n_out);
+          MatMul_ref(t, packed.data(), n_out, n_in, x.data(), n_tok, want.data(),
+                     WeightLayout::kInterleaved16);
+          MatMul_ref(t, rows.data(), n_out, n_in, x.data(), n_tok, by_rows.data());
+          for (int64_t i = 0; i < n_tok * n_out; ++i) {
+            const int64_t o = i % n_out;
+            const std::vector<float> w_row(w_values.begin() + o * n_in,
+                                           w_values.begin() + (o + 1) * n_in);
+            const float* x_row = x.data() + i / n_out * n_in;
+            ASSERT_NEAR(want[i], by_rows[i], DotTolerance(w_row, x_row, n_in))
+                << DTypeName(t) << " n_in " << n_in << " y[" << i / n_out << "][" << o << "]";
+          }
+          for (const internal::LevelKernels* level : internal::AvailableLevelKernels()) {
+            for (ThreadPool* pool : {&pool1, &pool2}) {
+              std::vector<float> y(n_tok * n_out, std::nanf(""));
+              internal::MatMulWith(*level, t, packed.data(), n_out, n_in, x.data(), n_tok,
+                                   y.data(), pool, WeightLayout::kInterleaved16);
+              ASSERT_EQ(y, want) << SimdLevelName(level->set.level) << " " << DTypeName(t)
+                                 << " n_out " << n_out << " n_in " << n_in << " n_tok " << n_tok;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The integer dot of an interleaved block is exact at the extremes of both operands (Q8_0
+// codes of -128 and 127, which the offset of 128 maps to 0 and 255, against ±127).
+TEST(MatMulTest, InterleavedQ8_0IsExactAtTheExtremes) {
+  constexpr int64_t kOut = 16, kIn = 2 * kQK;
+  std::vector<BlockQ8_0> rows(kOut * 2);
+  std::vector<float> x(kIn);
+  for (int j = 0; j < kIn; ++j) x[j] = j % 3 == 0 ? -1.0f : 1.0f;  // quantizes to ±127
+  for (int64_t o = 0; o < kOut; ++o) {
+    for (int b = 0; b < 2; ++b) {
+      rows[o * 2 + b].d = 0x3c00;  // 1.0
+      for (int j = 0; j < kQK; ++j) {
+        rows[o * 2 + b].qs[j] = static_cast<int8_t>((j + o) % 2 == 0 ? -128 : 127);
+      }
+    }
+  }
+  std::vector<uint8_t> packed(rows.size() * sizeof(BlockQ8_0));
+  InterleaveRows(DType::kQ8_0, rows.data(), kOut, kIn, packed.data());
+  std::vector<float> y(kOut);
+  for (const internal::LevelKernels* level : internal::AvailableLevelKernels()) {
+    internal::MatMulWith(*level, DType::kQ8_0, packed.data(), kOut, kIn, x.data(), 1, y.data(),
+                         nullptr, WeightLayout::kInterleaved16);
+    for (int64_t o = 0; o < kOut; ++o) {
+      int64_t want = 0;
+      for (int j = 0; j < kIn; ++j) {
+        want += int64_t{rows[o * 2 + j / kQK].qs[j % kQK]} * (j % 3 == 0 ? -127 : 127);
+      }
+      // x quantizes with d = 1 / 127: each block's f32(dot) * 1 * d, summed in two steps.
+      const float d = 1.0f / 127.0f;
+      EXPECT_NEAR(y[o], static_cast<float>(want) * d, 1e-6f * std::abs(static_cast<float>(want)))
+          << SimdLevelName(level->set.level) << " row " << o;
+    }
+  }
+}
+
 TEST(MatMulTest, WithoutPool) {
   for (DType t : kAllTypes) {
     ExpectMatMulMatches(t, 67, 96, 1, nullptr);

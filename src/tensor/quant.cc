@@ -114,4 +114,44 @@ void DequantizeRow(DType t, const void* row, float* y, int64_t n) {
   }
 }
 
+namespace {
+
+// Groups of 16 rows of nb blocks each (`rows`) into groups of nb interleaved blocks, every byte
+// of the codes plus `offset`.
+template <class Block, class Block16>
+void InterleaveBlocks(const void* rows, int64_t n_out, int64_t n, void* out, uint8_t offset) {
+  const auto* in = static_cast<const Block*>(rows);
+  auto* o = static_cast<Block16*>(out);
+  const int64_t nb = n / kQK;
+  constexpr int kQuads = sizeof(Block16::qs) / sizeof(Block16::qs[0]);
+  for (int64_t g = 0; g < n_out / 16; ++g) {
+    for (int64_t b = 0; b < nb; ++b) {
+      Block16& dst = o[g * nb + b];
+      for (int r = 0; r < 16; ++r) {
+        const Block& src = in[(g * 16 + r) * nb + b];
+        dst.d[r] = src.d;
+        for (int j = 0; j < kQuads; ++j) {
+          for (int i = 0; i < 4; ++i) {
+            const auto code = static_cast<uint8_t>(src.qs[4 * j + i]);
+            dst.qs[j][r][i] = static_cast<uint8_t>(code + offset);
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void InterleaveRows(DType t, const void* rows, int64_t n_out, int64_t n, void* out) {
+  KVLLM_CHECK(n_out % 16 == 0 && n % kQK == 0);
+  if (t == DType::kQ8_0) {
+    // Codes + 128: the unsigned operand of vpdpbusd (two's complement wraps -128..127 onto
+    // 0..255 in order).
+    return InterleaveBlocks<BlockQ8_0, BlockQ8_0x16>(rows, n_out, n, out, 128);
+  }
+  KVLLM_CHECK(t == DType::kQ4_0);
+  InterleaveBlocks<BlockQ4_0, BlockQ4_0x16>(rows, n_out, n, out, 0);
+}
+
 }  // namespace kvllm

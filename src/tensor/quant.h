@@ -36,6 +36,31 @@ struct BlockQ4_0 {
 };
 static_assert(sizeof(BlockQ4_0) == 18);
 
+// Block b of 16 consecutive rows side by side (a matrix stored WeightLayout::kInterleaved16):
+// the rows' scales, then their bytes four at a time, [byte group][row][4]. One 64-byte line
+// holds the same four bytes of all 16 rows, so that vpdpbusd multiplies 16 rows' quads by one
+// broadcast quad of activations, each row's sum in its own int32 lane; no horizontal sums.
+//   Q4_0x16: qs[j][r] = row r's qs[4j .. 4j + 3] (their low nibbles are elements 4j .. 4j + 3,
+//            their high nibbles elements 4j + 16 .. 4j + 19).
+//   Q8_0x16: qs[j][r] = row r's codes 4j .. 4j + 3 plus 128, unsigned as vpdpbusd wants them.
+// Same size as the 16 blocks they come from.
+struct BlockQ4_0x16 {
+  uint16_t d[16];
+  uint8_t qs[kQK / 8][16][4];
+};
+static_assert(sizeof(BlockQ4_0x16) == 16 * sizeof(BlockQ4_0));
+
+struct BlockQ8_0x16 {
+  uint16_t d[16];
+  uint8_t qs[kQK / 4][16][4];
+};
+static_assert(sizeof(BlockQ8_0x16) == 16 * sizeof(BlockQ8_0));
+
+// Rows interleaved 16 at a time: out holds n_out / 16 groups, each the n / 32 blocks of its
+// rows (BlockQ4_0x16 or BlockQ8_0x16), group after group. t is Q8_0 or Q4_0, n_out a multiple
+// of 16; `rows` is [n_out] rows of RowBytes(t, n) and `out` as many bytes.
+void InterleaveRows(DType t, const void* rows, int64_t n_out, int64_t n, void* out);
+
 // An activation row quantized for the integer dot with Q8_0 and Q4_0 weights (llama.cpp does
 // the same once per matmul): x[j] ~ d * qs[j] with d = max|x| / 127 kept in f32 and qs
 // rounded to nearest, ties to even; sum = d * sum_j qs[j], which lets a Q4_0 dot multiply the
