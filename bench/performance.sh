@@ -65,7 +65,7 @@ roof = first["roofline"]
 p(f"Measured {datetime.date.today()} with {first['threads']} threads ({roof['simd']} kernels); "
   f"the roofline as measured by the first run: read bandwidth "
   f"{roof['read_bytes_per_s'] / 1e9:.1f} GB/s, FMA peak {roof['fma_flops_per_s'] / 1e9:.1f} "
-  f"GFLOP/s, kvllm f32 matmul (L2-resident) {roof['matmul_f32_flops_per_s'] / 1e9:.1f} GFLOP/s. "
+  f"GFLOP/s, 8-bit dot peak {roof['int8_ops_per_s'] / 1e9:.0f} GOP/s, kvllm f32 matmul (L2-resident) {roof['matmul_f32_flops_per_s'] / 1e9:.1f} GFLOP/s. "
   "Each run measures its own roofline and its limits use it (the ceiling column).")
 p("")
 p("### Prefill and generation")
@@ -77,11 +77,18 @@ for t in ("f16", "q8_0", "q4_0"):
     j = load(f"pp-tg-{t}.json")
     commands.append(j["command"])
     bw, peak = j["roofline"]["read_bytes_per_s"], j["roofline"]["fma_flops_per_s"]
+    int8_peak = j["roofline"]["int8_ops_per_s"]
     for r in j["rows"]:
         pp = "flops_per_token" in r
+        int8 = r.get("int8_ops_per_token", 0)
         cost = (f"{r['flops_per_token'] / 1e9:.2f} GFLOP" if pp
                 else f"{r['bytes_per_token'] / 2**30:.3f} GiB")
+        if pp and int8:
+            cost = (f"{(r['flops_per_token'] - int8) / 1e9:.2f} GFLOP + "
+                    f"{int8 / 1e9:.2f} G 8-bit ops")
         ceiling = f"{peak / 1e9:.1f} GFLOP/s" if pp else f"{bw / 1e9:.2f} GB/s"
+        if pp and int8:
+            ceiling += f", {int8_peak / 1e9:.0f} GOP/s"
         p(f"| {j['weight_type']} | {r['test']} | {r['tokens_per_s']:.2f} | {r['min']:.2f} | "
           f"{r['max']:.2f} | {r['limit_tokens_per_s']:.2f} | "
           f"{100 * r['fraction_of_limit']:.1f}% | {cost} | {ceiling} |")

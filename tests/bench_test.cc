@@ -43,6 +43,7 @@ TEST(BenchTest, JsonHasTheRooflineAndEachRowsFractionOfItsLimit) {
   EXPECT_GE(bw, 0.5e9);
   EXPECT_LE(bw, 1000e9);
   EXPECT_GT(roof["fma_flops_per_s"].get<double>(), 0);
+  EXPECT_GT(roof["int8_ops_per_s"].get<double>(), 0);
   EXPECT_GT(roof["matmul_f32_flops_per_s"].get<double>(), 0);
   EXPECT_EQ(roof["buffer_bytes"].get<int64_t>(), int64_t{64} << 20);
   EXPECT_EQ(roof["threads"].get<int>(), 2);
@@ -54,6 +55,11 @@ TEST(BenchTest, JsonHasTheRooflineAndEachRowsFractionOfItsLimit) {
   EXPECT_EQ(pp["test"], "pp32");
   EXPECT_EQ(tg["test"], "tg8");
   EXPECT_GT(pp["flops_per_token"].get<double>(), 0);
+  // f32 weights: every FLOP at the FMA peak.
+  EXPECT_EQ(pp["int8_ops_per_token"].get<double>(), 0);
+  EXPECT_NEAR(pp["limit_tokens_per_s"].get<double>(),
+              roof["fma_flops_per_s"].get<double>() / pp["flops_per_token"].get<double>(),
+              1e-9 * pp["limit_tokens_per_s"].get<double>());
   EXPECT_GT(tg["bytes_per_token"].get<double>(), 0);
   for (const nlohmann::json* row : {&pp, &tg}) {
     EXPECT_GT((*row)["limit_tokens_per_s"].get<double>(), 0);
@@ -66,6 +72,28 @@ TEST(BenchTest, JsonHasTheRooflineAndEachRowsFractionOfItsLimit) {
   EXPECT_LT(j["depth"][1]["cached_limit_tokens_per_s"].get<double>(),
             j["depth"][0]["cached_limit_tokens_per_s"].get<double>());
   for (const nlohmann::json& row : j["depth"]) ExpectFraction(row, "cached_fraction_of_limit");
+}
+
+// Q8_0 matrices multiply 8-bit integers: their share of a prompt token's operations is timed at
+// the 8-bit dot peak, the rest (attention) at the FMA peak.
+TEST(BenchTest, PrefillLimitTimesQuantizedMatricesAtTheInt8Peak) {
+  const std::string model =
+      testing::TestModel("tiny-q8_0-s7", "--preset tiny --seed 7 --type q8_0");
+  std::string out, err;
+  ASSERT_EQ(RunCommand(Kvllm() + " bench -m " + model +
+                           " -t 2 -p 32 -n 8 -r 1 --no-depths --roofline-buffer-mib 64 --json",
+                       &out, &err),
+            0)
+      << err;
+  const nlohmann::json j = nlohmann::json::parse(out);
+  const nlohmann::json& pp = j["rows"][0];
+  const double all = pp["flops_per_token"], int8 = pp["int8_ops_per_token"];
+  EXPECT_GT(int8, 0.5 * all);
+  EXPECT_LT(int8, all);
+  const double fma = j["roofline"]["fma_flops_per_s"];
+  const double int8_peak = j["roofline"]["int8_ops_per_s"];
+  const double want = 1 / ((all - int8) / fma + int8 / int8_peak);
+  EXPECT_NEAR(pp["limit_tokens_per_s"].get<double>(), want, 1e-9 * want);
 }
 
 TEST(BenchTest, NoRooflineLeavesTheLimitsOut) {
@@ -95,6 +123,7 @@ TEST(BenchTest, TablePrintsTheCommandTheCeilingsAndTheLimitColumns) {
   EXPECT_NE(out.find("command: kvllm bench"), std::string::npos) << out;
   EXPECT_NE(out.find("read bandwidth"), std::string::npos) << out;
   EXPECT_NE(out.find("FMA peak"), std::string::npos) << out;
+  EXPECT_NE(out.find("8-bit dot peak"), std::string::npos) << out;
   EXPECT_NE(out.find("| limit tokens/s | % of limit |"), std::string::npos) << out;
   EXPECT_NE(out.find("| pp32 "), std::string::npos) << out;
   EXPECT_NE(out.find("| tg8 "), std::string::npos) << out;

@@ -125,7 +125,7 @@ int Bench(BenchFlags f) {
   // before the engines run).
   std::optional<Roofline> roof;
   if (f.roofline) {
-    std::fprintf(stderr, "bench: measuring read bandwidth and FMA peak\n");
+    std::fprintf(stderr, "bench: measuring read bandwidth and the FMA and 8-bit dot peaks\n");
     ThreadPool pool(f.engine.threads);
     RooflineOptions ro;
     ro.buffer_bytes = f.roofline_buffer_mib * (int64_t{1} << 20);
@@ -144,7 +144,10 @@ int Bench(BenchFlags f) {
   const double pp_flops = costs.PrefillFlopsPerToken(f.n_prompt);
   const double tg_bytes = costs.DecodeBytes(tg_context);
   // Limit tokens/s of each kind of row (0 without a roofline).
-  const double pp_limit = roof ? roof->fma_flops_per_s / pp_flops : 0;
+  const double pp_limit =
+      roof ? 1 / costs.PrefillSecondsPerToken(f.n_prompt, roof->fma_flops_per_s,
+                                              roof->int8_ops_per_s)
+           : 0;
   const double tg_limit = roof ? roof->read_bytes_per_s / tg_bytes : 0;
   auto depth_limit = [&](int32_t depth) {
     return roof ? roof->read_bytes_per_s / costs.DecodeBytes(depth_context(depth)) : 0;
@@ -200,6 +203,7 @@ int Bench(BenchFlags f) {
     if (roof) {
       j["roofline"] = {{"read_bytes_per_s", roof->read_bytes_per_s},
                        {"fma_flops_per_s", roof->fma_flops_per_s},
+                       {"int8_ops_per_s", roof->int8_ops_per_s},
                        {"matmul_f32_flops_per_s", roof->matmul_flops_per_s},
                        {"buffer_bytes", roof->buffer_bytes},
                        {"threads", roof->threads},
@@ -215,6 +219,7 @@ int Bench(BenchFlags f) {
     };
     nlohmann::json pp_row = row("pp" + std::to_string(f.n_prompt), pps, pp_limit);
     pp_row["flops_per_token"] = pp_flops;
+    pp_row["int8_ops_per_token"] = costs.PrefillInt8OpsPerToken(f.n_prompt);
     nlohmann::json tg_row = row("tg" + std::to_string(f.n_gen), tgs, tg_limit);
     tg_row["bytes_per_token"] = tg_bytes;
     j["rows"] = {pp_row, tg_row};
@@ -243,14 +248,16 @@ int Bench(BenchFlags f) {
               f.engine.cache_type_v.c_str(), f.engine.block_size);
   if (roof) {
     std::printf("roofline (%d threads, %s): read bandwidth %.2f GB/s (best of %d passes over %s); "
-                "FMA peak %.1f GFLOP/s (register-only loop); kvllm f32 matmul %.1f GFLOP/s "
-                "(L2-resident)\n",
+                "FMA peak %.1f GFLOP/s and 8-bit dot peak %.1f GOP/s (register-only loops); "
+                "kvllm f32 matmul %.1f GFLOP/s (L2-resident)\n",
                 roof->threads, SimdLevelName(roof->level), roof->read_bytes_per_s / 1e9,
                 RooflineOptions{}.passes,
                 FormatBytes(static_cast<double>(roof->buffer_bytes)).c_str(),
-                roof->fma_flops_per_s / 1e9, roof->matmul_flops_per_s / 1e9);
+                roof->fma_flops_per_s / 1e9, roof->int8_ops_per_s / 1e9,
+                roof->matmul_flops_per_s / 1e9);
     std::printf("limits: decode = bandwidth / (%s of weights + %s of KV per cached token x "
-                "context); prefill = FMA peak / FLOPs per prompt token\n\n",
+                "context); prefill = 1 / (float FLOPs per prompt token / FMA peak + 8-bit ops "
+                "of Q8_0/Q4_0 matrices / 8-bit dot peak)\n\n",
                 FormatBytes(costs.weight_bytes).c_str(),
                 FormatBytes(costs.kv_bytes_per_token).c_str());
     std::printf("| test   | tokens/s (median of %d) |      min |      max | limit tokens/s | "

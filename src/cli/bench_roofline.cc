@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "tensor/quant.h"
+
 namespace kvllm::cli {
 
 double TokenCosts::DecodeBytes(double context) const {
@@ -17,7 +19,20 @@ double TokenCosts::PrefillFlopsPerToken(int64_t n_prompt) const {
     const double w = static_cast<double>(max_context);
     mean_context = (w * (w + 1) / 2 + (n - w) * w) / n;
   }
-  return layer_matmul_flops + output_flops / n + attention_flops_per_pair * mean_context;
+  return layer_matmul_flops + layer_int8_ops + (output_flops + output_int8_ops) / n +
+         attention_flops_per_pair * mean_context;
+}
+
+double TokenCosts::PrefillInt8OpsPerToken(int64_t n_prompt) const {
+  const double n = static_cast<double>(std::max<int64_t>(n_prompt, 1));
+  return layer_int8_ops + output_int8_ops / n;
+}
+
+double TokenCosts::PrefillSecondsPerToken(int64_t n_prompt, double fma_peak,
+                                          double int8_peak) const {
+  if (int8_peak <= 0) int8_peak = fma_peak;
+  const double int8 = PrefillInt8OpsPerToken(n_prompt);
+  return (PrefillFlopsPerToken(n_prompt) - int8) / fma_peak + int8 / int8_peak;
 }
 
 TokenCosts ComputeTokenCosts(const Model& model, const KVLayout& layout, int32_t kv_window,
@@ -30,14 +45,15 @@ TokenCosts ComputeTokenCosts(const Model& model, const KVLayout& layout, int32_t
                    static_cast<double>(w.token_embd.row_bytes());
   t.kv_bytes_per_token = static_cast<double>(layout.bytes_per_token());
   t.max_context = kv_window > 0 ? int64_t{kv_window} + kv_sinks : 0;
-  double layer_params = 0;
+  const auto ops = [](const Matrix& m) {
+    return 2.0 * static_cast<double>(m.n_out) * static_cast<double>(m.n_in);
+  };
   for (const LayerWeights& l : w.layers) {
     for (const Matrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
-      layer_params += static_cast<double>(m->n_out) * static_cast<double>(m->n_in);
+      (UsesQ8Activations(m->type) ? t.layer_int8_ops : t.layer_matmul_flops) += ops(*m);
     }
   }
-  t.layer_matmul_flops = 2 * layer_params;
-  t.output_flops = 2.0 * static_cast<double>(w.output.n_out) * static_cast<double>(w.output.n_in);
+  (UsesQ8Activations(w.output.type) ? t.output_int8_ops : t.output_flops) += ops(w.output);
   t.attention_flops_per_pair = 4.0 * c.n_layer * c.n_head * c.head_dim;
   return t;
 }

@@ -3,7 +3,9 @@
 // the KV formats only. The limits divide the machine's ceilings (tensor/roofline.h) by them:
 //
 //   decode  limit tokens/s = read bandwidth / (weight bytes + KV bytes per token x context)
-//   prefill limit tokens/s = FMA peak / (matmul FLOPs + attention FLOPs at the prompt length)
+//   prefill limit tokens/s = 1 / (float FLOPs / FMA peak + 8-bit ops / 8-bit dot peak)
+// where the 8-bit ops are the multiply-adds of Q8_0 and Q4_0 matrices (integer dots against
+// 8-bit activations) and the float FLOPs the rest: other matrices and attention.
 #pragma once
 
 #include <cstdint>
@@ -21,18 +23,28 @@ struct TokenCosts {
   double kv_bytes_per_token = 0;
   // Tokens attention can reach (the sliding window plus its sinks), 0 = unlimited.
   int64_t max_context = 0;
-  // FLOPs of the layers' matrices for one token: 2 x their parameters.
+  // Operations of the layers' matrices for one token: 2 x their parameters, those of Q8_0 and
+  // Q4_0 matrices as 8-bit ops, the others as float FLOPs.
   double layer_matmul_flops = 0;
-  // FLOPs of the output matrix: paid once per prompt (only the last token's logits are kept).
+  double layer_int8_ops = 0;
+  // The same of the output matrix: paid once per prompt (only the last token's logits are
+  // kept).
   double output_flops = 0;
+  double output_int8_ops = 0;
   // Attention FLOPs per (query token, attended token) pair: 4 x n_layer x n_head x head_dim
   // (q.k and the weighted sum of v, each a multiply and an add per element).
   double attention_flops_per_pair = 0;
 
   // Bytes read by a decode step that attends over `context` tokens.
   double DecodeBytes(double context) const;
-  // Average FLOPs per token of a causal prefill of n_prompt tokens (token i attends over i+1).
+  // Average operations (float and 8-bit) per token of a causal prefill of n_prompt tokens
+  // (token i attends over i+1).
   double PrefillFlopsPerToken(int64_t n_prompt) const;
+  // The 8-bit part of that.
+  double PrefillInt8OpsPerToken(int64_t n_prompt) const;
+  // Seconds per prompt token at the two peaks (ops/s; an 8-bit peak of 0 counts as the FMA
+  // peak).
+  double PrefillSecondsPerToken(int64_t n_prompt, double fma_peak, double int8_peak) const;
 };
 
 TokenCosts ComputeTokenCosts(const Model& model, const KVLayout& layout, int32_t kv_window,

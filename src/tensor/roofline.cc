@@ -75,6 +75,17 @@ float FmaLoop_scalar(int64_t iters) {
   return s;
 }
 
+int64_t DotLoop_scalar(int64_t iters) {
+  uint32_t c[kFmaChains];
+  for (int k = 0; k < kFmaChains; ++k) c[k] = static_cast<uint32_t>(DotLoopStart(k, 0));
+  for (int64_t i = 0; i < iters; ++i) {
+    for (uint32_t& v : c) v += (v & 0xff) + (v >> 8 & 0xff) + (v >> 16 & 0xff) + (v >> 24);
+  }
+  int64_t s = 0;
+  for (uint32_t v : c) s += static_cast<int32_t>(v);
+  return s;
+}
+
 }  // namespace internal
 
 int64_t DefaultRooflineBufferBytes() {
@@ -131,6 +142,31 @@ double MeasureFmaPeak(ThreadPool& pool, int32_t passes) {
   return peak;
 }
 
+double MeasureInt8DotPeak(ThreadPool& pool, int32_t passes) {
+  const SimdLevel level = Kernels().level;
+  const int64_t iters = level >= SimdLevel::kAvx2 ? 250'000 : 100'000;
+  int lanes = 1;
+  auto loop = internal::DotLoop_scalar;
+  if (level == SimdLevel::kAvx512) {
+    lanes = 16;
+    loop = internal::DotLoop_avx512;
+  } else if (level == SimdLevel::kAvx2) {
+    lanes = 8;
+    loop = internal::DotLoop_avx2;
+  }
+  const int64_t n_tasks = 16 * static_cast<int64_t>(pool.size());
+  std::vector<ThreadSum> sums(pool.size());
+  const double ops = 8.0 * lanes * internal::kFmaChains * static_cast<double>(iters) * n_tasks;
+  const double peak = BestRate(ops, passes, [&] {
+    pool.ParallelFor(n_tasks, [&](int64_t, int thread) {
+      sums[thread].words += static_cast<uint64_t>(loop(iters));
+    });
+  });
+  volatile uint64_t sink = 0;
+  for (const ThreadSum& s : sums) sink = sink + s.words;
+  return peak;
+}
+
 double MeasureMatMulF32(ThreadPool& pool, int32_t passes) {
   // W 512 KiB and X 64 KiB: each thread's rows of W stay in its L2 from call to call.
   constexpr int64_t kOut = 512, kIn = 256, kTok = 64, kCalls = 20;
@@ -156,6 +192,7 @@ Roofline MeasureRoofline(ThreadPool& pool, const RooflineOptions& options) {
   r.buffer_bytes = std::max<int64_t>(1, bytes / kChunkBytes) * kChunkBytes;  // what is read
   r.read_bytes_per_s = MeasureReadBandwidth(pool, r.buffer_bytes, options.passes);
   r.fma_flops_per_s = MeasureFmaPeak(pool, options.passes);
+  r.int8_ops_per_s = MeasureInt8DotPeak(pool, options.passes);
   r.matmul_flops_per_s = MeasureMatMulF32(pool, options.passes);
   return r;
 }

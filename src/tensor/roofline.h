@@ -3,8 +3,11 @@
 //     than the last-level cache (decode reads every weight once per token, so it is bound by
 //     this);
 //   - FMA peak: every thread runs a register-only loop of independent fused multiply-add
-//     chains, enough of them to hide the FMA latency (prefill is bound by this: it is the
-//     hard ceiling no matmul can pass);
+//     chains, enough of them to hide the FMA latency (prefill with float weights is bound by
+//     this: it is the hard ceiling no f32 matmul can pass);
+//   - 8-bit dot peak: the same with the 8-bit integer dot of the Q8_0 / Q4_0 kernels (AVX-512
+//     vpdpbusd: 64 multiply-adds an instruction, four times an FMA's 16), the ceiling of
+//     their matmuls;
 // and, for comparison, kvllm's own f32 MatMul on a problem that stays in the L2 cache (what
 // the prefill micro-kernel reaches when memory is not in the way).
 //
@@ -34,10 +37,11 @@ struct Roofline {
   int64_t buffer_bytes = 0;       // the streamed buffer
   double read_bytes_per_s = 0;    // streaming read bandwidth, all threads
   double fma_flops_per_s = 0;     // register-only FMA peak, all threads (2 FLOPs per FMA lane)
+  double int8_ops_per_s = 0;      // register-only 8-bit dot peak, all threads (2 per multiply-add)
   double matmul_flops_per_s = 0;  // MatMul, f32 weights, L2-resident, all threads
 };
 
-// Measures all three figures with every thread of `pool` (about a second and `buffer_bytes`
+// Measures all four figures with every thread of `pool` (about a second and `buffer_bytes`
 // of memory, freed on return).
 Roofline MeasureRoofline(ThreadPool& pool, const RooflineOptions& options = {});
 
@@ -45,6 +49,7 @@ Roofline MeasureRoofline(ThreadPool& pool, const RooflineOptions& options = {});
 int64_t DefaultRooflineBufferBytes();
 double MeasureReadBandwidth(ThreadPool& pool, int64_t buffer_bytes, int32_t passes);
 double MeasureFmaPeak(ThreadPool& pool, int32_t passes);
+double MeasureInt8DotPeak(ThreadPool& pool, int32_t passes);
 double MeasureMatMulF32(ThreadPool& pool, int32_t passes);
 
 namespace internal {
@@ -63,6 +68,17 @@ constexpr int kFmaLanesAvx512 = 16;
 float FmaLoop_scalar(int64_t iters);
 float FmaLoop_avx2(int64_t iters);    // AVX2 CPUs only
 float FmaLoop_avx512(int64_t iters);  // AVX-512 CPUs only
+
+// Runs `iters` steps of kFmaChains independent chains of the 8-bit dot the integer kernels
+// use (AVX-512 vpdpbusd; AVX2 vpmaddubsw, vpmaddwd, vpaddd; plain integer code), each on a
+// vector of 32-bit lanes (16, 8, 1). A step adds to every lane its own four bytes times 1:
+// lane += bytesum(lane), a chain through the multiplier the compiler cannot hoist. Lane l of
+// chain k starts at DotLoopStart(k, l); returns the sum of all lanes at the end. Ops done:
+// iters * kFmaChains * lanes * 8 (four multiply-adds a lane).
+constexpr int32_t DotLoopStart(int chain, int lane) { return 16 * chain + lane + 1; }
+int64_t DotLoop_scalar(int64_t iters);
+int64_t DotLoop_avx2(int64_t iters);    // AVX2 CPUs only
+int64_t DotLoop_avx512(int64_t iters);  // AVX-512 CPUs with VNNI only
 
 }  // namespace internal
 }  // namespace kvllm

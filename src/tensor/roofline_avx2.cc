@@ -53,4 +53,28 @@ float FmaLoop_avx2(int64_t iters) {
   return _mm_cvtss_f32(h);
 }
 
+int64_t DotLoop_avx2(int64_t iters) {
+  static_assert(kFmaChains == 12);
+  const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  __m256i c[kFmaChains];
+  for (int k = 0; k < kFmaChains; ++k) {
+    c[k] = _mm256_add_epi32(_mm256_set1_epi32(DotLoopStart(k, 0)), lanes);
+  }
+  for (int64_t i = 0; i < iters; ++i) {
+    // The bytes as unsigned times 1: pairs summed to 16 bits, then to 32, then added.
+#pragma GCC unroll 12
+    for (int k = 0; k < kFmaChains; ++k) {
+      c[k] = _mm256_add_epi32(c[k], _mm256_madd_epi16(_mm256_maddubs_epi16(c[k], ones8), ones16));
+    }
+  }
+  int64_t s = 0;
+  for (int k = 0; k < kFmaChains; ++k) {
+    alignas(32) int32_t v[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(v), c[k]);
+    for (int32_t x : v) s += x;
+  }
+  return s;
+}
+
 }  // namespace kvllm::internal

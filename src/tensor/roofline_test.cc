@@ -39,6 +39,31 @@ TEST(RooflineTest, FmaLoopsConvergeToTheFixedPoint) {
   }
 }
 
+// What a dot loop returns, step by step as roofline.h describes it.
+int64_t ExpectedDotLoop(int64_t iters, int lanes) {
+  int64_t sum = 0;
+  for (int k = 0; k < internal::kFmaChains; ++k) {
+    for (int l = 0; l < lanes; ++l) {
+      auto v = static_cast<uint32_t>(internal::DotLoopStart(k, l));
+      for (int64_t i = 0; i < iters; ++i) {
+        v += (v & 0xff) + (v >> 8 & 0xff) + (v >> 16 & 0xff) + (v >> 24);
+      }
+      sum += static_cast<int32_t>(v);
+    }
+  }
+  return sum;
+}
+
+TEST(RooflineTest, DotLoopsAddEachLanesBytes) {
+  EXPECT_EQ(internal::DotLoop_scalar(1000), ExpectedDotLoop(1000, 1));
+  if (Kernels().level >= SimdLevel::kAvx2) {
+    EXPECT_EQ(internal::DotLoop_avx2(1000), ExpectedDotLoop(1000, 8));
+  }
+  if (Kernels().level == SimdLevel::kAvx512) {
+    EXPECT_EQ(internal::DotLoop_avx512(1000), ExpectedDotLoop(1000, 16));
+  }
+}
+
 TEST(RooflineTest, FiguresAreSane) {
   ThreadPool pool(2);
   RooflineOptions options;
@@ -48,7 +73,8 @@ TEST(RooflineTest, FiguresAreSane) {
   EXPECT_EQ(r.threads, 2);
   EXPECT_EQ(r.buffer_bytes, int64_t{64} << 20);
   EXPECT_EQ(r.level, Kernels().level);
-  for (double v : {r.read_bytes_per_s, r.fma_flops_per_s, r.matmul_flops_per_s}) {
+  for (double v :
+       {r.read_bytes_per_s, r.fma_flops_per_s, r.int8_ops_per_s, r.matmul_flops_per_s}) {
     EXPECT_TRUE(std::isfinite(v));
     EXPECT_GT(v, 0);
   }
@@ -56,6 +82,7 @@ TEST(RooflineTest, FiguresAreSane) {
   EXPECT_LE(r.read_bytes_per_s, 1000e9);
   EXPECT_GE(r.fma_flops_per_s, 0.1e9);
   EXPECT_LE(r.fma_flops_per_s, 100e12);
+  EXPECT_LE(r.int8_ops_per_s, 1000e12);
   EXPECT_LE(r.matmul_flops_per_s, 100e12);
 }
 
