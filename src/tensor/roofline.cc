@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "base/huge_pages.h"
 #include "tensor/thread_pool.h"
 
 namespace kvllm {
@@ -23,10 +24,6 @@ constexpr int64_t kChunkWords = kChunkBytes / static_cast<int64_t>(sizeof(uint64
 struct alignas(64) ThreadSum {
   uint64_t words = 0;
   float floats = 0;
-};
-
-struct AlignedFree {
-  void operator()(uint64_t* p) const { ::operator delete[](p, std::align_val_t{64}); }
 };
 
 bool UseAvx2() { return Kernels().level >= SimdLevel::kAvx2; }
@@ -98,10 +95,13 @@ int64_t DefaultRooflineBufferBytes() {
 double MeasureReadBandwidth(ThreadPool& pool, int64_t buffer_bytes, int32_t passes) {
   const int64_t n_chunks = std::max<int64_t>(1, buffer_bytes / kChunkBytes);
   const int64_t n_words = n_chunks * kChunkWords;
-  // [n_chunks][kChunkWords] words, 64-byte aligned.
-  std::unique_ptr<uint64_t[], AlignedFree> buf(
-      static_cast<uint64_t*>(::operator new[](n_words * sizeof(uint64_t), std::align_val_t{64})));
-  uint64_t* words = buf.get();
+  // [n_chunks][kChunkWords] words in transparent huge pages, as the engine's streamed data
+  // (weights read with --no-mmap, the KV pool): 4 KiB pages cost a TLB miss and a restart of
+  // the hardware prefetcher every 4 KiB, and made this figure swing between 40 and 63 GB/s
+  // from run to run on a machine whose decode did not move.
+  HugePageBuffer buf = HugePageBuffer::Allocate(static_cast<size_t>(n_words) * sizeof(uint64_t));
+  if (buf.data() == nullptr) throw std::bad_alloc();
+  auto* words = reinterpret_cast<uint64_t*>(buf.data());
   // Touch every page (so the timed passes read memory, not fault pages in).
   pool.ParallelFor(n_chunks, [words](int64_t chunk, int) {
     uint64_t* p = words + chunk * kChunkWords;
