@@ -66,7 +66,9 @@ p(f"Measured {datetime.date.today()} with {first['threads']} threads ({roof['sim
   f"the roofline as measured by the first run: read bandwidth "
   f"{roof['read_bytes_per_s'] / 1e9:.1f} GB/s, FMA peak {roof['fma_flops_per_s'] / 1e9:.1f} "
   f"GFLOP/s, 8-bit dot peak {roof['int8_ops_per_s'] / 1e9:.0f} GOP/s, kvllm f32 matmul (L2-resident) {roof['matmul_f32_flops_per_s'] / 1e9:.1f} GFLOP/s. "
-  "Each run measures its own roofline and its limits use it (the ceiling column).")
+  "Each run measures its own roofline and its limits use it (the ceiling column); a decode "
+  "row's bandwidth is the median of those measured just before each of its runs, and its "
+  "limit and % of limit the medians of each run's own.")
 p("")
 p("### Prefill and generation")
 p("")
@@ -86,7 +88,8 @@ for t in ("f16", "q8_0", "q4_0"):
         if pp and int8:
             cost = (f"{(r['flops_per_token'] - int8) / 1e9:.2f} GFLOP + "
                     f"{int8 / 1e9:.2f} G 8-bit ops")
-        ceiling = f"{peak / 1e9:.1f} GFLOP/s" if pp else f"{bw / 1e9:.2f} GB/s"
+        ceiling = (f"{peak / 1e9:.1f} GFLOP/s" if pp
+                   else f"{r.get('read_bytes_per_s', bw) / 1e9:.2f} GB/s")
         if pp and int8:
             ceiling += f", {int8_peak / 1e9:.0f} GOP/s"
         p(f"| {j['weight_type']} | {r['test']} | {r['tokens_per_s']:.2f} | {r['min']:.2f} | "
@@ -108,8 +111,8 @@ for kv in ("f16", "q8_0"):
     j = load(f"depth-{kv}.json")
     commands.append(j["command"])
     weights = j["weight_bytes_per_token"]
-    bw = j["roofline"]["read_bytes_per_s"]
     for r in j["depth"]:
+        bw = r["read_bytes_per_s"]
         b = r["bytes_per_token"]
         p(f"| {kv} | {r['depth']} | {r['cached_ms_per_token']:.2f} | "
           f"{r['cached_tokens_per_s']:.2f} | {r['cached_limit_tokens_per_s']:.2f} | "
