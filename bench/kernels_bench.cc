@@ -4,6 +4,7 @@
 // KVLLM_SIMD=scalar|avx2 selects the kernel set MatMul and Kernels() use.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <random>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "kv/attention.h"
+#include "base/huge_pages.h"
 #include "kv/kv_cache.h"
 #include "tensor/dtype.h"
 #include "tensor/kernels.h"
@@ -77,6 +79,42 @@ void BM_MatMul(benchmark::State& state) {
   state.counters["FLOP/s"] = benchmark::Counter(2.0 * n_out * n_in * n_tok * state.iterations(),
                                                 benchmark::Counter::kIsRate);
   state.SetLabel(Label(t));
+}
+
+// Decode (one token, 2 threads) through 512 Mi weights of 2048 columns (Q4_0 295 MB, Q8_0
+// 570 MB: a TinyLlama token's bytes, past the caches), cut into matrices of `rows` rows, one
+// MatMul each, in the layout the model loads them in (interleaved at the AVX-512 level): a
+// token of TinyLlama runs 111 MatMuls of 256 to 32,000 rows. bytes_per_second against `kvllm
+// bench`'s read bandwidth shows what streaming one matrix at a time costs. Args: dtype, rows
+// (262144: the whole stack as one matrix).
+void BM_DecodeStream(benchmark::State& state) {
+  const auto t = static_cast<DType>(state.range(0));
+  const int64_t rows = state.range(1);
+  constexpr int64_t kIn = 2048, kRows = 262144;
+  ThreadPool pool(2);
+  const size_t row_bytes = RowBytes(t, kIn);
+  const WeightLayout layout =
+      PrefersInterleaved(t, rows) ? WeightLayout::kInterleaved16 : WeightLayout::kRows;
+  HugePageBuffer w = HugePageBuffer::Allocate(row_bytes * kRows);
+  const std::vector<uint8_t> src = RandomRows(t, rows, kIn);  // repeated: speed needs no variety
+  for (int64_t m0 = 0; m0 < kRows; m0 += rows) {
+    uint8_t* dst = w.data() + m0 * row_bytes;
+    if (layout == WeightLayout::kInterleaved16) {
+      InterleaveRows(t, src.data(), rows, kIn, dst);
+    } else {
+      std::copy(src.begin(), src.end(), dst);
+    }
+  }
+  const std::vector<float> x = RandomFloats(kIn);
+  std::vector<float> y(kRows);
+  for (auto _ : state) {
+    for (int64_t m0 = 0; m0 < kRows; m0 += rows) {
+      MatMul(t, w.data() + m0 * row_bytes, rows, kIn, x.data(), 1, y.data() + m0, &pool, layout);
+    }
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(row_bytes * kRows));
+  state.SetLabel(Label(t) + (layout == WeightLayout::kInterleaved16 ? " interleaved" : ""));
 }
 
 // A cache of `layers` x `heads` KV heads of 64 dimensions in 16-slot blocks, holding one
@@ -191,6 +229,12 @@ BENCHMARK(BM_MatMul)
     ->ArgsProduct({{kF32, kF16, kBF16, kQ8_0, kQ4_0}, {2048}, {2048}, {1, 64}, {1, 2}})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
+
+BENCHMARK(BM_DecodeStream)
+    ->ArgNames({"dtype", "rows"})
+    ->ArgsProduct({{kQ8_0, kQ4_0}, {256, 2048, 262144}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 BENCHMARK(BM_Attention)
     ->ArgNames({"kv", "depth", "layers"})
