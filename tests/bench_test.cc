@@ -37,6 +37,7 @@ TEST(BenchTest, JsonHasTheRooflineAndEachRowsFractionOfItsLimit) {
   const nlohmann::json j = nlohmann::json::parse(out);
   EXPECT_NE(j["command"].get<std::string>().find("kvllm bench"), std::string::npos);
   EXPECT_EQ(j["mmap"], true);
+  EXPECT_EQ(j["repack"], true);
   ASSERT_TRUE(j.contains("roofline"));
   const nlohmann::json& roof = j["roofline"];
   const double bw = roof["read_bytes_per_s"];
@@ -108,7 +109,8 @@ TEST(BenchTest, PrefillLimitTimesQuantizedMatricesAtTheInt8Peak) {
 
 TEST(BenchTest, NoRooflineLeavesTheLimitsOut) {
   std::string out, err;
-  ASSERT_EQ(RunCommand(Kvllm() + " bench -m " + Tiny() + kFlags + " --no-roofline --no-mmap --json",
+  ASSERT_EQ(RunCommand(Kvllm() + " bench -m " + Tiny() + kFlags +
+                           " --no-roofline --no-mmap --no-repack --json",
                        &out, &err),
             0)
       << err;
@@ -117,6 +119,8 @@ TEST(BenchTest, NoRooflineLeavesTheLimitsOut) {
   // The weights' load mode is part of what produced the numbers.
   EXPECT_NE(j["command"].get<std::string>().find("--no-mmap"), std::string::npos);
   EXPECT_EQ(j["mmap"], false);
+  EXPECT_NE(j["command"].get<std::string>().find("--no-repack"), std::string::npos);
+  EXPECT_EQ(j["repack"], false);
   EXPECT_FALSE(j.contains("roofline"));
   for (const nlohmann::json& row : j["rows"]) {
     EXPECT_GT(row["tokens_per_s"].get<double>(), 0);

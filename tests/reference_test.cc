@@ -26,8 +26,9 @@ struct DecodeRun {
 
 // Prefill the prompt in one batch, then decode greedily one token per forward.
 DecodeRun PrefillThenDecode(const std::string& path, DType kv_type, int block_size = 16,
-                            const std::vector<int>& prompt = kPrompt, int threads = 2) {
-  auto model = Model::Load(path);
+                            const std::vector<int>& prompt = kPrompt, int threads = 2,
+                            bool repack = true) {
+  auto model = Model::Load(path, ModelLoadOptions{.repack = repack});
   EXPECT_TRUE(model.ok()) << model.status().message();
   Model& m = **model;
   const int n_vocab = m.config().n_vocab;
@@ -126,6 +127,26 @@ TEST(ReferenceTest, QuantizedFilesMatchNumpyOnTheSameFile) {
     const bool rounds_activations = type[0] == 'q';
     ExpectMatchesReference(PrefillThenDecode(path, DType::kF32), path, 1e-4,
                            rounds_activations ? 2e-2 : 1e-4);
+    if (rounds_activations) {
+      SCOPED_TRACE("--no-repack");
+      ExpectMatchesReference(PrefillThenDecode(path, DType::kF32, 16, kPrompt, 2, false), path,
+                             1e-4, 2e-2);
+    }
+  }
+}
+
+// --no-repack keeps the file's rows; otherwise the Q4_0 matrices are interleaved where the
+// kernels prefer it (the AVX-512 level), and the file's copy is not what the model reads.
+TEST(ReferenceTest, RepackInterleavesOnlyWhereTheKernelsPreferIt) {
+  const std::string path = TestModel("tiny-q4_0-s7", "--preset tiny --seed 7 --type q4_0");
+  for (bool repack : {false, true}) {
+    auto model = Model::Load(path, ModelLoadOptions{.repack = repack});
+    ASSERT_TRUE(model.ok()) << model.status().message();
+    const Matrix& wq = (*model)->weights().layers[0].wq;
+    const bool interleaved = repack && PrefersInterleaved(wq.type, wq.n_out);
+    EXPECT_EQ(wq.layout,
+              interleaved ? WeightLayout::kInterleaved16 : WeightLayout::kRows);
+    EXPECT_EQ(wq.data == (*model)->file().FindTensor("blk.0.attn_q.weight")->data, !interleaved);
   }
 }
 

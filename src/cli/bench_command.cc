@@ -73,6 +73,7 @@ std::string CommandLine(const BenchFlags& f) {
   if (f.depths.empty()) s << " --no-depths";
   if (f.cache_only) s << " --cache-only";
   if (f.engine.no_mmap) s << " --no-mmap";
+  if (f.engine.no_repack) s << " --no-repack";
   if (!f.roofline) s << " --no-roofline";
   if (f.roofline && f.roofline_buffer_mib > 0) {
     s << " --roofline-buffer-mib " << f.roofline_buffer_mib;
@@ -82,7 +83,7 @@ std::string CommandLine(const BenchFlags& f) {
 }
 
 int Bench(BenchFlags f) {
-  auto model = Model::Load(f.model_path, f.engine.load_mode());
+  auto model = Model::Load(f.model_path, f.engine.load_options());
   if (!model.ok()) {
     std::fprintf(stderr, "kvllm bench: %s\n", model.status().message().c_str());
     return 1;
@@ -228,6 +229,7 @@ int Bench(BenchFlags f) {
     j["threads"] = f.engine.threads;
     j["simd"] = SimdLevelName(Kernels().level);
     j["mmap"] = !f.engine.no_mmap;
+    j["repack"] = !f.engine.no_repack;
     j["weight_bytes_per_token"] = costs.weight_bytes;  // read by every decode step
     j["kv_bytes_per_token"] = costs.kv_bytes_per_token;  // per cached token attended over
     if (roof) {

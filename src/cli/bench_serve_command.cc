@@ -260,6 +260,7 @@ std::string CommandLine(const ServeFlags& f, int32_t ctx_size) {
     << f.engine.cache_type_v << " --block-size " << f.engine.block_size << " --max-num-seqs "
     << f.engine.max_num_seqs << " --max-num-batched-tokens " << f.engine.max_num_batched_tokens;
   if (f.engine.no_mmap) s << " --no-mmap";
+  if (f.engine.no_repack) s << " --no-repack";
   return s.str();
 }
 
@@ -347,7 +348,7 @@ int BenchServe(ServeFlags f) {
     std::fprintf(stderr, "kvllm bench-serve: %s\n", msg.c_str());
     return 1;
   };
-  auto model = Model::Load(f.model_path, f.engine.load_mode());
+  auto model = Model::Load(f.model_path, f.engine.load_options());
   if (!model.ok()) return fail(model.status().message());
   const ModelConfig& c = (*model)->config();
   if (f.reserve_tokens == 0) f.reserve_tokens = c.n_ctx_train;

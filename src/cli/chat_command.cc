@@ -173,7 +173,7 @@ class ChatSession {
 };
 
 int Chat(const ChatFlags& f) {
-  auto loaded = LoadModel(f.model_path, f.engine.load_mode());
+  auto loaded = LoadModel(f.model_path, f.engine.load_options());
   if (!loaded.ok()) {
     std::fprintf(stderr, "kvllm chat: %s\n", loaded.status().message().c_str());
     return 1;

@@ -8,9 +8,9 @@
 
 namespace kvllm::cli {
 
-StatusOr<LoadedModel> LoadModel(const std::string& path, gguf::LoadMode mode) {
+StatusOr<LoadedModel> LoadModel(const std::string& path, const ModelLoadOptions& options) {
   LoadedModel m;
-  KVLLM_ASSIGN_OR_RETURN(m.model, Model::Load(path, mode));
+  KVLLM_ASSIGN_OR_RETURN(m.model, Model::Load(path, options));
   KVLLM_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::FromGguf(m.model->file()));
   if (tok.vocab_size() != m.model->config().n_vocab) {
     return Status::Error("model: the tokenizer has " + std::to_string(tok.vocab_size()) +
@@ -25,6 +25,9 @@ void EngineFlags::Register(CLI::App* app) {
   app->add_flag("--no-mmap", no_mmap,
                 "read the weights into memory (2 MiB huge pages where the kernel allows) "
                 "instead of mapping the file: a slower start, faster decode");
+  app->add_flag("--no-repack", no_repack,
+                "keep Q8_0/Q4_0 matrices in the file's rows instead of interleaving them 16 "
+                "rows at a time at load (AVX-512); for comparisons");
   app->add_option("-c,--ctx-size", ctx_size,
                   "KV cache size in tokens (default: the model's context length, capped by "
                   "available memory)");

@@ -22,15 +22,16 @@ struct LoadedModel {
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tokenizer;
 };
-StatusOr<LoadedModel> LoadModel(const std::string& path, gguf::LoadMode mode);
+StatusOr<LoadedModel> LoadModel(const std::string& path, const ModelLoadOptions& options);
 
 // The chat template named by --chat-template, or the one the model's GGUF declares.
 StatusOr<ChatTemplate> ResolveChatTemplate(const Model& model, const std::string& name);
 
 // Flags of the KV cache and the engine, llama.cpp's names where it has them: -c, -t, -ctk,
-// -ctv, --block-size, --no-kv-cache, --kv-window, --kv-sinks, --no-mmap.
+// -ctv, --block-size, --no-kv-cache, --kv-window, --kv-sinks, --no-mmap, --no-repack.
 struct EngineFlags {
   bool no_mmap = false;  // read the weights into huge pages instead of mapping the file
+  bool no_repack = false;  // keep the file's rows (no interleaved Q8_0/Q4_0 matrices)
   int32_t ctx_size = 0;
   int32_t threads = 0;
   std::string cache_type_k = "f16";
@@ -48,8 +49,9 @@ struct EngineFlags {
   std::string kv_store_redis;
 
   void Register(CLI::App* app);
-  gguf::LoadMode load_mode() const {
-    return no_mmap ? gguf::LoadMode::kRead : gguf::LoadMode::kMmap;
+  ModelLoadOptions load_options() const {
+    return {.mode = no_mmap ? gguf::LoadMode::kRead : gguf::LoadMode::kMmap,
+            .repack = !no_repack};
   }
   // Resolves formats and the context size. The default context is the model's, capped so the
   // pool fits --kv-mem or half of the memory available now; an explicit -c whose pool cannot

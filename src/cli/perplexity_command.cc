@@ -70,7 +70,7 @@ int Fail(const std::string& message) {
 int Perplexity(PerplexityFlags f) {
   auto text = ReadTextFile(f.text_file);
   if (!text.ok()) return Fail(text.status().message());
-  auto loaded = LoadModel(f.model_path, f.engine.load_mode());
+  auto loaded = LoadModel(f.model_path, f.engine.load_options());
   if (!loaded.ok()) return Fail(loaded.status().message());
   const Tokenizer& tok = *loaded->tokenizer;
   const int32_t n_vocab = loaded->model->config().n_vocab;

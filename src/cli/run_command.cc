@@ -37,7 +37,7 @@ int Run(const RunFlags& f) {
     }
     prompt = std::move(text).value();
   }
-  auto loaded = LoadModel(f.model_path, f.engine.load_mode());
+  auto loaded = LoadModel(f.model_path, f.engine.load_options());
   if (!loaded.ok()) {
     std::fprintf(stderr, "kvllm run: %s\n", loaded.status().message().c_str());
     return 1;

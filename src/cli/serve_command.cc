@@ -37,7 +37,7 @@ int Serve(const ServeFlags& f) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  auto loaded = LoadModel(f.model_path, f.engine.load_mode());
+  auto loaded = LoadModel(f.model_path, f.engine.load_options());
   if (!loaded.ok()) {
     std::fprintf(stderr, "kvllm serve: %s\n", loaded.status().message().c_str());
     return 1;

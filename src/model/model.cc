@@ -40,11 +40,12 @@ void Rope(float* x, int32_t n_heads, int32_t head_dim, int32_t n_rot, int32_t po
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path, gguf::LoadMode mode) {
-  KVLLM_ASSIGN_OR_RETURN(gguf::GgufFile file, gguf::GgufFile::Open(path, mode));
+StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path,
+                                             const ModelLoadOptions& options) {
+  KVLLM_ASSIGN_OR_RETURN(gguf::GgufFile file, gguf::GgufFile::Open(path, options.mode));
   KVLLM_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::FromGguf(file));
   KVLLM_ASSIGN_OR_RETURN(Weights weights, Weights::Bind(file, config));
-  KVLLM_RETURN_IF_ERROR(weights.Interleave(file).status());
+  if (options.repack) KVLLM_RETURN_IF_ERROR(weights.Interleave(file).status());
   return std::unique_ptr<Model>(new Model(std::move(file), std::move(config), std::move(weights)));
 }
 

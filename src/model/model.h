@@ -54,11 +54,25 @@ struct ForwardBatch {
   }
 };
 
+// How Model::Load makes the weights ready.
+struct ModelLoadOptions {
+  gguf::LoadMode mode = gguf::LoadMode::kMmap;
+  // Copy the Q8_0 and Q4_0 matrices the kernels multiply faster interleaved, 16 rows at a time
+  // (Weights::Interleave); false keeps every weight in the file's rows (llama.cpp's
+  // --no-repack).
+  bool repack = true;
+};
+
 class Model {
  public:
-  // Maps (kMmap) or reads (kRead) the file and binds the weights in place.
+  // Maps (kMmap) or reads (kRead) the file, binds the weights in place and, with `repack`,
+  // interleaves the matrices that gain from it.
   static StatusOr<std::unique_ptr<Model>> Load(const std::string& path,
-                                               gguf::LoadMode mode = gguf::LoadMode::kMmap);
+                                               const ModelLoadOptions& options);
+  static StatusOr<std::unique_ptr<Model>> Load(const std::string& path,
+                                               gguf::LoadMode mode = gguf::LoadMode::kMmap) {
+    return Load(path, ModelLoadOptions{.mode = mode});
+  }
 
   const ModelConfig& config() const { return config_; }
   const Weights& weights() const { return weights_; }
