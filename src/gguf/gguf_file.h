@@ -1,10 +1,11 @@
 // GgufFile: a read-only view of a GGUF (v2 or v3) file. Metadata is parsed into values; tensor
 // data stays in the mmap'd file and GgufFile never copies it (a model may copy tensors into a
-// layout of its own and Discard the file's pages of them). Every length, count and offset is checked
-// against the file's size before it is used: a corrupt or truncated file yields a Status that
-// names the offending field, never a crash. Parsing also rejects duplicate keys or tensor names,
-// misaligned or overlapping tensor data, and more than 2^24 metadata values in all (each costs
-// ~100 bytes of memory, so the cap bounds what a crafted file can make the parser allocate).
+// layout of its own and Discard the file's pages of them). Every length, count and offset is
+// checked against the file's size before it is used: a corrupt or truncated file yields a Status
+// that names the offending field, never a crash. Parsing also rejects duplicate keys or tensor
+// names, misaligned or overlapping tensor data, and more than 2^24 metadata values in all (each
+// costs ~100 bytes of memory, so the cap bounds what a crafted file can make the parser
+// allocate).
 //
 // File layout (little-endian):
 //   magic "GGUF" | u32 version | u64 n_tensors | u64 n_kv
