@@ -65,7 +65,8 @@ roof = first["roofline"]
 p(f"Measured {datetime.date.today()} with {first['threads']} threads ({roof['simd']} kernels); "
   f"the roofline as measured by the first run: read bandwidth "
   f"{roof['read_bytes_per_s'] / 1e9:.1f} GB/s, FMA peak {roof['fma_flops_per_s'] / 1e9:.1f} "
-  f"GFLOP/s, 8-bit dot peak {roof['int8_ops_per_s'] / 1e9:.0f} GOP/s, kvllm f32 matmul (L2-resident) {roof['matmul_f32_flops_per_s'] / 1e9:.1f} GFLOP/s. "
+  f"GFLOP/s, 8-bit dot peak {roof['int8_ops_per_s'] / 1e9:.0f} GOP/s, "
+  f"kvllm f32 matmul (L2-resident) {roof['matmul_f32_flops_per_s'] / 1e9:.1f} GFLOP/s. "
   "Each run measures its own roofline and its limits use it (the ceiling column); a decode "
   "row's bandwidth is the median of those measured just before each of its runs, and its "
   "limit and % of limit the medians of each run's own.")
