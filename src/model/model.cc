@@ -45,7 +45,7 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path,
   KVLLM_ASSIGN_OR_RETURN(gguf::GgufFile file, gguf::GgufFile::Open(path, options.mode));
   KVLLM_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::FromGguf(file));
   KVLLM_ASSIGN_OR_RETURN(Weights weights, Weights::Bind(file, config));
-  if (options.repack) KVLLM_RETURN_IF_ERROR(weights.Interleave(file).status());
+  if (options.repack) KVLLM_RETURN_IF_ERROR(weights.Interleave(file));
   return std::unique_ptr<Model>(new Model(std::move(file), std::move(config), std::move(weights)));
 }
 

@@ -76,7 +76,7 @@ StatusOr<Weights> Weights::Bind(const gguf::GgufFile& f, const ModelConfig& c) {
   return w;
 }
 
-StatusOr<size_t> Weights::Interleave(gguf::GgufFile& file) {
+Status Weights::Interleave(gguf::GgufFile& file) {
   std::vector<Matrix*> moved;
   for (LayerWeights& l : layers) {
     for (Matrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
@@ -87,7 +87,7 @@ StatusOr<size_t> Weights::Interleave(gguf::GgufFile& file) {
   std::erase_if(moved, [](const Matrix* m) { return !PrefersInterleaved(m->type, m->n_out); });
   size_t total = 0;
   for (const Matrix* m : moved) total += m->bytes();
-  if (total == 0) return size_t{0};
+  if (total == 0) return Status::Ok();
   interleaved = HugePageBuffer::Allocate(total);
   if (interleaved.data() == nullptr) {
     return Status::Error("model: cannot allocate " + std::to_string(total >> 20) +
@@ -102,7 +102,7 @@ StatusOr<size_t> Weights::Interleave(gguf::GgufFile& file) {
     next += m->bytes();
   }
   interleaved.MakeReadOnly();
-  return total;
+  return Status::Ok();
 }
 
 size_t Weights::DecodeBytes() const {

@@ -59,8 +59,8 @@ struct Weights {
   static StatusOr<Weights> Bind(const gguf::GgufFile& file, const ModelConfig& config);
   // Copies every layer matrix and the output matrix (unless it is the embedding) for which
   // PrefersInterleaved holds into memory of its own, interleaved, and discards the file's
-  // copy. Returns the bytes moved (0 where the kernels prefer rows).
-  StatusOr<size_t> Interleave(gguf::GgufFile& file);
+  // copy. Does nothing where the kernels prefer rows.
+  Status Interleave(gguf::GgufFile& file);
   // Bytes of all matrices read by one decode step (the embedding row is negligible).
   size_t DecodeBytes() const;
 };
