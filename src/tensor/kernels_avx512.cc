@@ -907,7 +907,8 @@ void Act16Group(const Act16Args& a, int64_t g, int64_t t0) {
     __m512i c[8];
     Codes::Load(block, c);
     // The 16 f16 scales open the block.
-    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(block)));
+    const __m512 dw =
+        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(block)));
     for (int t = 0; t < T; ++t) {
       const int64_t at = (t0 + t) * a.xq_stride + b;
       const BlockQ8Act& x = a.xq[at];
@@ -925,7 +926,8 @@ void Act16Group(const Act16Args& a, int64_t g, int64_t t0) {
   for (int t = 0; t < T; ++t) _mm512_storeu_ps(a.y + (t0 + t) * a.y_stride + 16 * g, acc[t]);
 }
 
-// Decode runs one group after another (one sequential stream: no prefetch needed); prefill
+// Decode runs one group after another (one sequential stream; a software prefetch ahead of
+// it was no faster end to end, docs/performance.md); prefill
 // takes 8 tokens at a time per group (8 codes + 8 sums in registers), then 4, 2 and 1.
 template <class Codes>
 void DotAct16Blocks(const Act16Args& a) {
