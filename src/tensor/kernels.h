@@ -23,10 +23,13 @@ const char* SimdLevelName(SimdLevel level);
 // (a row of V, a dimension of K), for the data its caller reads next: requests spread this
 // way keep the core's few outstanding misses busy through the arithmetic, where a burst of
 // them ahead of it stalls the loads behind it. A kernel advances `next` past the lines it
-// asked for; the caller asks for any left over itself.
+// asked for; the caller asks for any left over itself. With `far` > 0, each step also asks
+// the L2 (not the L1) for the line `far` bytes beyond its own: the caller's data after next,
+// which then waits in the L2 rather than in memory when its turn comes.
 struct Prefetch {
   const uint8_t* next = nullptr;
   const uint8_t* end = nullptr;
+  int64_t far = 0;
 };
 
 // Function table for one SIMD level. `row` points at a row of n elements in `t`; n is a

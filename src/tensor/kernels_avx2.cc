@@ -246,10 +246,13 @@ float DotF32(const float* a, const float* b, int64_t n) { return DotFloat<F32Src
 struct Ahead {
   const uint8_t* next;
   const uint8_t* end;
-  explicit Ahead(const Prefetch* p) : next(p ? p->next : nullptr), end(p ? p->end : nullptr) {}
+  int64_t far;
+  explicit Ahead(const Prefetch* p)
+      : next(p ? p->next : nullptr), end(p ? p->end : nullptr), far(p ? p->far : 0) {}
   void Step() {
     if (next < end) {
       _mm_prefetch(reinterpret_cast<const char*>(next), _MM_HINT_T0);
+      if (far > 0) _mm_prefetch(reinterpret_cast<const char*>(next + far), _MM_HINT_T1);
       next += 64;
     }
   }

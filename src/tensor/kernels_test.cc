@@ -201,10 +201,12 @@ TEST(KernelsTest, DequantizeMatchesReferenceExactly) {
 }
 
 // Lines for a kernel to ask for as it goes (Prefetch): it may ask for some or all of them, a
-// line at a time, and must leave `next` no further than the line holding the last byte.
+// line at a time, and must leave `next` no further than the line holding the last byte. Its
+// L2 requests `far` beyond the lines reach past the buffer, which a prefetch may: it reads
+// nothing.
 struct AheadBuffer {
   std::vector<uint8_t> bytes = std::vector<uint8_t>(1000);
-  Prefetch range{bytes.data(), bytes.data() + bytes.size()};
+  Prefetch range{bytes.data(), bytes.data() + bytes.size(), 4096};
   void ExpectAdvancedWithin() const {
     EXPECT_GE(range.next, bytes.data());
     EXPECT_LT(range.next, bytes.data() + bytes.size() + 64);
