@@ -103,8 +103,8 @@ p("```")
 p("")
 p("### Decode at depth (Q4_0 weights)")
 p("")
-p("| KV | depth | ms/token (median) | tokens/s | limit tokens/s | % of limit | bytes/token | KV share | ceiling |")
-p("|---|--:|--:|--:|--:|--:|--:|--:|--:|")
+p("| KV | depth | ms/token (median) | tokens/s | vs depth 1 (paired runs) | limit tokens/s | % of limit | bytes/token | KV share | ceiling |")
+p("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 commands = []
 for kv in ("f16", "q8_0"):
     if not os.path.getsize(os.path.join(out, f"depth-{kv}.json")):
@@ -116,7 +116,8 @@ for kv in ("f16", "q8_0"):
         bw = r["read_bytes_per_s"]
         b = r["bytes_per_token"]
         p(f"| {kv} | {r['depth']} | {r['cached_ms_per_token']:.2f} | "
-          f"{r['cached_tokens_per_s']:.2f} | {r['cached_limit_tokens_per_s']:.2f} | "
+          f"{r['cached_tokens_per_s']:.2f} | {100 * (r['cached_vs_first_depth'] - 1):+.1f}% | "
+          f"{r['cached_limit_tokens_per_s']:.2f} | "
           f"{100 * r['cached_fraction_of_limit']:.1f}% | {b / 2**20:.1f} MiB | "
           f"{100 * (b - weights) / b:.1f}% | {bw / 1e9:.2f} GB/s |")
 p("")

@@ -131,6 +131,42 @@ TEST(BenchTest, NoRooflineLeavesTheLimitsOut) {
   }
 }
 
+// The slowdown at depth is a ratio of runs close in time: each repetition runs every depth,
+// the deepest first and the first depth last, and each row carries the median of the
+// repetitions' ratios to the first depth.
+TEST(BenchTest, DepthRunsArePairedWithTheFirstDepthInEachRepetition) {
+  std::string out, err;
+  ASSERT_EQ(RunCommand(Kvllm() + " bench -m " + Tiny() +
+                           " -t 2 -p 8 -n 2 -r 2 --depths 16,64 --depth-steps 2 --cache-only "
+                           "--no-roofline --json",
+                       &out, &err),
+            0)
+      << err;
+  std::vector<std::string> runs;
+  for (size_t at = 0; (at = err.find("bench: depth ", at)) != std::string::npos; ++at) {
+    runs.push_back(err.substr(at + 13, err.find('\n', at) - at - 13));
+  }
+  EXPECT_EQ(runs, (std::vector<std::string>{"64 run 1/2", "16 run 1/2", "64 run 2/2",
+                                            "16 run 2/2"}))
+      << err;
+  const nlohmann::json j = nlohmann::json::parse(out);
+  ASSERT_EQ(j["depth"].size(), 2u);
+  EXPECT_EQ(j["depth"][0]["depth"], 16);  // rows keep the order asked for
+  EXPECT_EQ(j["depth"][0]["cached_vs_first_depth"].get<double>(), 1.0);
+  const double vs = j["depth"][1]["cached_vs_first_depth"];
+  EXPECT_GT(vs, 0) << j.dump();
+  EXPECT_LT(vs, 10) << j.dump();
+
+  ASSERT_EQ(RunCommand(Kvllm() + " bench -m " + Tiny() +
+                           " -t 2 -p 8 -n 2 -r 1 --depths 16,64 --depth-steps 2 --cache-only "
+                           "--no-roofline",
+                       &out, &err),
+            0)
+      << err;
+  EXPECT_NE(out.find("| vs depth 16 |"), std::string::npos) << out;
+  EXPECT_NE(out.find("+0.0%"), std::string::npos) << out;
+}
+
 TEST(BenchTest, TablePrintsTheCommandTheCeilingsAndTheLimitColumns) {
   std::string out, err;
   ASSERT_EQ(RunCommand(Kvllm() + " bench -m " + Tiny() + kFlags, &out, &err), 0) << err;

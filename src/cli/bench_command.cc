@@ -190,29 +190,47 @@ int Bench(BenchFlags f) {
     int32_t depth;
     Spread cached, nocache;
     double bandwidth = 0, limit = 0, fraction = 0;  // medians over the runs
+    // Median over the repetitions of this depth's tokens/s / the first depth's in the same
+    // repetition (1 for the first depth itself).
+    double vs_first = 1;
   };
-  std::vector<DepthRow> depth_rows;
-  for (int32_t d : f.depths) {
-    std::vector<double> with, without;
-    Judged judged;
-    for (int32_t r = 0; r < f.repetitions; ++r) {
+  // Each repetition runs every depth, deepest first, so that the first depth (depth 1: the
+  // empty context the others are compared with) runs right after the deepest one's timed
+  // steps: the slowdown at depth is a ratio of runs a few seconds apart, not of runs minutes
+  // apart on a machine whose bandwidth drifts.
+  std::vector<int32_t> order(f.depths.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
+  std::stable_sort(order.begin(), order.end(),
+                   [&f](int32_t a, int32_t b) { return f.depths[a] > f.depths[b]; });
+  const size_t n_depths = f.depths.size();
+  std::vector<std::vector<double>> with(n_depths), without(n_depths);
+  std::vector<Judged> judged(n_depths);
+  for (int32_t r = 0; r < f.repetitions; ++r) {
+    for (int32_t i : order) {
+      const int32_t d = f.depths[i];
       std::fprintf(stderr, "bench: depth %d run %d/%d\n", d, r + 1, f.repetitions);
       // Measured before the run, whose prefill of d tokens takes seconds before its timed
       // steps.
       const double bw = bandwidth_now();
       SequenceTimings t = RunOnce(**cached, RandomPrompt(d, c.n_vocab, 200 + r), 1 + f.depth_steps);
-      with.push_back(t.decode_ms / t.decode_steps);
-      judged.Add(bw, costs.DecodeBytes(depth_context(d)), 1000.0 / with.back());
+      with[i].push_back(t.decode_ms / t.decode_steps);
+      judged[i].Add(bw, costs.DecodeBytes(depth_context(d)), 1000.0 / with[i].back());
       if (f.cache_only) continue;
       t = RunOnce(**nocache, RandomPrompt(d, c.n_vocab, 200 + r), 1 + f.depth_steps);
-      without.push_back(t.decode_ms / t.decode_steps);
+      without[i].push_back(t.decode_ms / t.decode_steps);
     }
-    DepthRow row{d, Summarize(with), f.cache_only ? Spread{} : Summarize(without)};
+  }
+  std::vector<DepthRow> depth_rows;
+  for (size_t i = 0; i < n_depths; ++i) {
+    DepthRow row{f.depths[i], Summarize(with[i]), f.cache_only ? Spread{} : Summarize(without[i])};
     if (roof) {
-      row.bandwidth = Summarize(judged.bandwidth).median;
-      row.limit = Summarize(judged.limit).median;
-      row.fraction = Summarize(judged.fraction).median;
+      row.bandwidth = Summarize(judged[i].bandwidth).median;
+      row.limit = Summarize(judged[i].limit).median;
+      row.fraction = Summarize(judged[i].fraction).median;
     }
+    std::vector<double> ratios;
+    for (int32_t r = 0; r < f.repetitions; ++r) ratios.push_back(with[0][r] / with[i][r]);
+    row.vs_first = Summarize(ratios).median;
     depth_rows.push_back(row);
   }
 
@@ -261,6 +279,7 @@ int Bench(BenchFlags f) {
     for (const DepthRow& r : depth_rows) {
       nlohmann::json row{{"depth", r.depth}, {"cached_ms_per_token", r.cached.median},
                          {"cached_tokens_per_s", 1000.0 / r.cached.median},
+                         {"cached_vs_first_depth", r.vs_first},
                          {"bytes_per_token", costs.DecodeBytes(depth_context(r.depth))}};
       if (roof) {
         row["read_bytes_per_s"] = r.bandwidth;
@@ -312,11 +331,15 @@ int Bench(BenchFlags f) {
     std::printf("| tg%-4d | %23.2f | %8.2f | %8.2f |\n\n", f.n_gen, tgs.median, tgs.min, tgs.max);
   }
   if (depth_rows.empty()) return 0;
-  std::printf("decode time per token at context depth (median of %d runs of %d steps):\n",
-              f.repetitions, f.depth_steps);
+  std::printf("decode time per token at context depth (median of %d runs of %d steps; each "
+              "run does every depth, the deepest first; vs depth %d: median of the runs' "
+              "tokens/s ratios):\n",
+              f.repetitions, f.depth_steps, f.depths[0]);
   // The KV cache columns, then (unless --cache-only) the no-cache baseline.
-  std::string head = "| depth | KV cache ms/token | tokens/s |";
-  std::string rule = "|------:|------------------:|---------:|";
+  const std::string vs = "vs depth " + std::to_string(f.depths[0]);
+  std::string head = "| depth | KV cache ms/token | tokens/s | " + vs + " |";
+  std::string rule = "|------:|------------------:|---------:|" + std::string(vs.size() + 1, '-') +
+                     ":|";
   if (roof) {
     head += " limit tokens/s | % of limit |";
     rule += "---------------:|-----------:|";
@@ -328,7 +351,8 @@ int Bench(BenchFlags f) {
   std::printf("%s\n%s\n", head.c_str(), rule.c_str());
   for (const DepthRow& r : depth_rows) {
     const double tps = 1000.0 / r.cached.median;
-    std::printf("| %5d | %17.3f | %8.2f |", r.depth, r.cached.median, tps);
+    std::printf("| %5d | %17.3f | %8.2f | %+*.1f%% |", r.depth, r.cached.median, tps,
+                static_cast<int>(vs.size()) - 1, 100 * (r.vs_first - 1));
     if (roof) {
       std::printf(" %14.2f | %9.1f%% |", r.limit, 100 * r.fraction);
     }
