@@ -3,6 +3,7 @@
 // are loose sanity bounds, not timing checks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -77,11 +78,19 @@ TEST(BenchTest, JsonHasTheRooflineAndEachRowsFractionOfItsLimit) {
   // Deeper contexts read more KV per token: at the same bandwidth the limit falls.
   EXPECT_GT(j["depth"][1]["bytes_per_token"].get<double>(),
             j["depth"][0]["bytes_per_token"].get<double>());
+  // A depth row's limit: the weights at the run's bandwidth, then attention, bound by the
+  // larger of reading the cache and its arithmetic (an f16 cache: every FLOP at the FMA peak).
+  const double weights = j["weight_bytes_per_token"], kv = j["kv_bytes_per_token"];
+  const double attention = j["attention_flops_per_token"];
+  EXPECT_GT(attention, 0);
+  EXPECT_EQ(j["attention_int8_share"].get<double>(), 0);
   for (const nlohmann::json& row : j["depth"]) {
     ExpectFraction(row, "cached_fraction_of_limit");
-    EXPECT_NEAR(row["cached_limit_tokens_per_s"].get<double>(),
-                row["read_bytes_per_s"].get<double>() / row["bytes_per_token"].get<double>(),
-                1e-6 * row["cached_limit_tokens_per_s"].get<double>());
+    const double bw = row["read_bytes_per_s"];
+    const double context = (row["bytes_per_token"].get<double>() - weights) / kv;
+    const double fma = roof["fma_flops_per_s"];
+    const double seconds = weights / bw + std::max(kv * context / bw, attention * context / fma);
+    EXPECT_NEAR(row["cached_limit_tokens_per_s"].get<double>(), 1 / seconds, 1e-6 / seconds);
   }
 }
 

@@ -161,14 +161,17 @@ int Bench(BenchFlags f) {
   // Warm-up: touches the weights and the pool's threads once.
   RunOnce(**cached, RandomPrompt(std::min(f.n_prompt, 64), c.n_vocab, 0), 4);
 
-  // Per decode run: its bandwidth, limit and fraction of it.
+  // Per decode run: its bandwidth, limit and fraction of it. The limit of a step attending
+  // over `context` tokens: its bytes at the run's bandwidth, plus attention's arithmetic where
+  // that outlasts the cache's bytes (TokenCosts::DecodeSeconds).
   struct Judged {
     std::vector<double> bandwidth, limit, fraction;
-    void Add(double bw, double bytes_per_token, double tokens_per_s) {
-      bandwidth.push_back(bw);
-      limit.push_back(bw / bytes_per_token);
-      fraction.push_back(tokens_per_s / limit.back());
-    }
+  };
+  auto judge = [&](Judged& j, double bw, double context, double tokens_per_s) {
+    j.bandwidth.push_back(bw);
+    j.limit.push_back(
+        1 / costs.DecodeSeconds(context, bw, roof->fma_flops_per_s, roof->int8_ops_per_s));
+    j.fraction.push_back(tokens_per_s / j.limit.back());
   };
   std::vector<double> pp, tg;
   Judged tg_judged;
@@ -180,7 +183,7 @@ int Bench(BenchFlags f) {
     std::fprintf(stderr, "bench: tg%d run %d/%d\n", f.n_gen, r + 1, f.repetitions);
     t = RunOnce(**cached, RandomPrompt(1, c.n_vocab, 100 + r), f.n_gen);
     tg.push_back(f.n_gen * 1000.0 / (t.prefill_ms + t.decode_ms));
-    tg_judged.Add(bw, tg_bytes, tg.back());
+    if (roof) judge(tg_judged, bw, tg_context, tg.back());
   }
   const Spread pps = Summarize(pp), tgs = Summarize(tg);
   const double tg_limit = roof ? Summarize(tg_judged.limit).median : 0;
@@ -214,7 +217,7 @@ int Bench(BenchFlags f) {
       const double bw = bandwidth_now();
       SequenceTimings t = RunOnce(**cached, RandomPrompt(d, c.n_vocab, 200 + r), 1 + f.depth_steps);
       with[i].push_back(t.decode_ms / t.decode_steps);
-      judged[i].Add(bw, costs.DecodeBytes(depth_context(d)), 1000.0 / with[i].back());
+      if (roof) judge(judged[i], bw, depth_context(d), 1000.0 / with[i].back());
       if (f.cache_only) continue;
       t = RunOnce(**nocache, RandomPrompt(d, c.n_vocab, 200 + r), 1 + f.depth_steps);
       without[i].push_back(t.decode_ms / t.decode_steps);
@@ -250,6 +253,8 @@ int Bench(BenchFlags f) {
     j["repack"] = !f.engine.no_repack;
     j["weight_bytes_per_token"] = costs.weight_bytes;  // read by every decode step
     j["kv_bytes_per_token"] = costs.kv_bytes_per_token;  // per cached token attended over
+    j["attention_flops_per_token"] = costs.attention_flops_per_pair;  // likewise
+    j["attention_int8_share"] = costs.attention_int8_share;
     if (roof) {
       j["roofline"] = {{"read_bytes_per_s", roof->read_bytes_per_s},
                        {"fma_flops_per_s", roof->fma_flops_per_s},
@@ -310,12 +315,15 @@ int Bench(BenchFlags f) {
                 FormatBytes(static_cast<double>(roof->buffer_bytes)).c_str(),
                 roof->fma_flops_per_s / 1e9, roof->int8_ops_per_s / 1e9,
                 roof->matmul_flops_per_s / 1e9);
-    std::printf("limits: decode = bandwidth measured before each run / (%s of weights + %s of "
-                "KV per cached token x context), median over the runs (as the %% of limit); "
-                "prefill = 1 / (float FLOPs per prompt token / FMA peak + 8-bit ops "
-                "of Q8_0/Q4_0 matrices / 8-bit dot peak)\n\n",
+    std::printf("limits: decode = 1 / (%s of weights / bandwidth + max(%s of KV per cached "
+                "token x context / bandwidth, %.2f MFLOP of attention per cached token x "
+                "context at the peaks%s)), with the bandwidth measured before each run, median "
+                "over the runs (as the %% of limit); prefill = 1 / (float FLOPs per prompt "
+                "token / FMA peak + 8-bit ops of Q8_0/Q4_0 matrices / 8-bit dot peak)\n\n",
                 FormatBytes(costs.weight_bytes).c_str(),
-                FormatBytes(costs.kv_bytes_per_token).c_str());
+                FormatBytes(costs.kv_bytes_per_token).c_str(),
+                costs.attention_flops_per_pair / 1e6,
+                costs.attention_int8_share > 0 ? ", q.k as 8-bit ops" : "");
     std::printf("| test   | tokens/s (median of %d) |      min |      max | limit tokens/s | "
                 "%% of limit |\n", f.repetitions);
     std::printf("|--------|------------------------:|---------:|---------:|---------------:|"

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "kv/attention.h"
 #include "tensor/quant.h"
 
 namespace kvllm::cli {
@@ -9,6 +10,18 @@ namespace kvllm::cli {
 double TokenCosts::DecodeBytes(double context) const {
   if (max_context > 0) context = std::min(context, static_cast<double>(max_context));
   return weight_bytes + kv_bytes_per_token * context;
+}
+
+double TokenCosts::DecodeSeconds(double context, double bandwidth, double fma_peak,
+                                 double int8_peak) const {
+  if (max_context > 0) context = std::min(context, static_cast<double>(max_context));
+  const double read = kv_bytes_per_token * context / bandwidth;
+  if (fma_peak <= 0) return weight_bytes / bandwidth + read;
+  if (int8_peak <= 0) int8_peak = fma_peak;
+  const double ops = attention_flops_per_pair * context;
+  const double arithmetic = ops * (1 - attention_int8_share) / fma_peak +
+                            ops * attention_int8_share / int8_peak;
+  return weight_bytes / bandwidth + std::max(read, arithmetic);
 }
 
 double TokenCosts::PrefillFlopsPerToken(int64_t n_prompt) const {
@@ -55,6 +68,7 @@ TokenCosts ComputeTokenCosts(const Model& model, const KVLayout& layout, int32_t
   }
   (UsesQ8Activations(w.output.type) ? t.output_int8_ops : t.output_flops) += ops(w.output);
   t.attention_flops_per_pair = 4.0 * c.n_layer * c.n_head * c.head_dim;
+  t.attention_int8_share = AttentionQuantizesQuery(layout.k_format()) ? 0.5 : 0.0;
   return t;
 }
 

@@ -34,9 +34,18 @@ struct TokenCosts {
   // Attention FLOPs per (query token, attended token) pair: 4 x n_layer x n_head x head_dim
   // (q.k and the weighted sum of v, each a multiply and an add per element).
   double attention_flops_per_pair = 0;
+  // The share of those a decode step does as 8-bit ops: q.k (half) where the cache's K is
+  // scored in integers (AttentionQuantizesQuery), else 0.
+  double attention_int8_share = 0;
 
   // Bytes read by a decode step that attends over `context` tokens.
   double DecodeBytes(double context) const;
+  // The least time of such a step: the weights streamed at `bandwidth` (their matrices wait
+  // for attention's output and attention for theirs, so the two add up), then attention,
+  // bound by the larger of reading the cache and its arithmetic at the peaks (FLOP/s, 8-bit
+  // op/s; 0 counts as the FMA peak). Without peaks (0), the bytes alone.
+  double DecodeSeconds(double context, double bandwidth, double fma_peak,
+                       double int8_peak) const;
   // Average operations (float and 8-bit) per token of a causal prefill of n_prompt tokens
   // (token i attends over i+1).
   double PrefillFlopsPerToken(int64_t n_prompt) const;

@@ -62,11 +62,6 @@ int64_t ScratchFloats(int32_t n_group, int32_t block_size, int32_t head_dim) {
          Q8Floats(n_group, head_dim) + int64_t{ChunkSlots(block_size)} * d;
 }
 
-// A dimension-major q8_0 K meets a query quantized to 8 bits (scores_q8t).
-bool QuantizesQuery(KVFormat f) {
-  return f.dimension_major(KVRole::kK) && f.row_type() == DType::kQ8_0;
-}
-
 // Where one block's K of the attended head is read from, for slots [slot0, slot0 + n).
 struct KBlock {
   const uint8_t* tile;    // the head's K tile in the pool
@@ -257,7 +252,7 @@ void AttendRange(const AttentionArgs& a, int32_t lo, int32_t hi, float* acc_out,
       for (int32_t g = 0; g < a.n_group; ++g) HadamardRotate(s.q_rot + int64_t{g} * d, d);
       q = s.q_rot;
     }
-    if (QuantizesQuery(lay.k_format())) {
+    if (AttentionQuantizesQuery(lay.k_format())) {
       for (int32_t g = 0; g < a.n_group; ++g) {
         kern.quantize_act(q + int64_t{g} * d, s.q8 + int64_t{g} * (d / kQK), d);
       }
@@ -324,6 +319,11 @@ void AttendRange(const AttentionArgs& a, int32_t lo, int32_t hi, float* acc_out,
 
 }  // namespace
 
+// A dimension-major q8_0 K meets the query in scores_q8t.
+bool AttentionQuantizesQuery(KVFormat k_format) {
+  return k_format.dimension_major(KVRole::kK) && k_format.row_type() == DType::kQ8_0;
+}
+
 int64_t AttentionScratchFloats(const KVLayout& layout, int32_t n_group) {
   return ScratchFloats(n_group, layout.block_size(), layout.shape().head_dim);
 }
@@ -383,7 +383,7 @@ void AttendGroup_ref(const AttentionArgs& a, float* out) {
     std::vector<int32_t> slots;
     for (int32_t sp = 0; sp < a.n_spans; ++sp) {
       const float* qg = a.spans[sp].q + int64_t{g} * d;
-      if (QuantizesQuery(a.kv->layout().k_format())) {
+      if (AttentionQuantizesQuery(a.kv->layout().k_format())) {
         // The query as the kernel sees it: quantized, then read back exactly.
         ReferenceKernels().quantize_act(qg, q8.data(), d);
         for (int32_t i = 0; i < d; ++i) q_seen[i] = q8[i / kQK].d * q8[i / kQK].qs[i % kQK];

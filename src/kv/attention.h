@@ -50,6 +50,10 @@ struct AttentionArgs {
   int32_t n_spans;  // 1 or 2; spans are disjoint and not empty
 };
 
+// Whether the query is quantized to 8 bits to meet this K format, so that q.k is summed in
+// integers (a dimension-major q8_0 K).
+bool AttentionQuantizesQuery(KVFormat k_format);
+
 // Number of floats of scratch AttendGroup needs.
 int64_t AttentionScratchFloats(const KVLayout& layout, int32_t n_group);
 
