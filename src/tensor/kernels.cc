@@ -259,8 +259,16 @@ const char* SimdLevelName(SimdLevel level) {
 const KernelSet& Kernels() { return ActiveLevelKernels().set; }
 
 bool PrefersInterleaved(DType t, int64_t n_out) {
-  return UsesQ8Activations(t) && n_out % 16 == 0 &&
-         ActiveLevelKernels().set.level == SimdLevel::kAvx512;
+  if (!UsesQ8Activations(t) || n_out % 16 != 0) return false;
+  switch (ActiveLevelKernels().set.level) {
+    case SimdLevel::kAvx512:
+      return true;
+    case SimdLevel::kAvx2:
+      return t == DType::kQ4_0;  // its Q8_0 kernel is the scalar one (kernels_avx2.cc)
+    case SimdLevel::kScalar:
+      return false;
+  }
+  return false;
 }
 
 std::vector<const internal::LevelKernels*> internal::AvailableLevelKernels() {

@@ -94,8 +94,8 @@ enum class WeightLayout : uint8_t {
   kInterleaved16,  // 16 rows at a time, block by block (InterleaveRows, quant.h)
 };
 // Whether MatMul with the active kernels is faster on a matrix of n_out rows of type t stored
-// kInterleaved16: Q8_0 or Q4_0, n_out a multiple of 16, at the AVX-512 level (the only one
-// with kernels for that layout; the others would run the scalar one).
+// kInterleaved16: n_out a multiple of 16, and Q8_0 or Q4_0 at the AVX-512 level, Q4_0 at AVX2
+// (the types those levels have kernels for; the others would run the scalar one).
 bool PrefersInterleaved(DType t, int64_t n_out);
 
 // Y[t][o] = sum_i W[o][i] * X[t][i]

@@ -750,6 +750,87 @@ float DotAct(DType t, const void* row, const BlockQ8Act* xq, int64_t n) {
   return DotActBlocks<Q4_0Ints>(row, xq, n);
 }
 
+// Interleaved Q4_0 weights (BlockQ4_0x16), 8 of a group's 16 rows at a time (the half h):
+// c[j] holds those rows' quads that meet the activations' quad j, one row per int32 lane. AVX2 has no vpdpbusd: maddubs multiplies unsigned by signed bytes into int16 pairs and
+// madd by ones sums the pairs, which is the lane's exact 4-term dot.
+struct Q4_0x8Codes {
+  static constexpr int64_t kBlockBytes = sizeof(BlockQ4_0x16);
+  // The nibbles, code + 8 (unsigned).
+  static void Load(const uint8_t* block, int h, __m256i c[8]) {
+    const auto* b = reinterpret_cast<const BlockQ4_0x16*>(block);
+    const __m256i low = _mm256_set1_epi8(0x0f);
+    for (int j = 0; j < 4; ++j) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b->qs[j][8 * h]));
+      c[j] = _mm256_and_si256(v, low);
+      c[4 + j] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+    }
+  }
+  // sum_j w_j x_j over the block for each lane's row. The int16 pairs (at most 2 * 15 * 127)
+  // add up over the 8 quads without overflow (8 * 3810 < 32768) before one madd; the +8 of
+  // each code comes off as 8 * the activations' code sum.
+  static __m256i Dot(const __m256i c[8], const BlockQ8Act& x, int32_t xsum) {
+    __m256i pairs = _mm256_setzero_si256();
+    for (int j = 0; j < 8; ++j) {
+      int32_t quad;
+      std::memcpy(&quad, x.qs + 4 * j, sizeof(quad));
+      pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(c[j], _mm256_set1_epi32(quad)));
+    }
+    return _mm256_sub_epi32(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)),
+                            _mm256_set1_epi32(8 * xsum));
+  }
+};
+
+// Half h of group g against T tokens from t0: each block's codes are unpacked once for the T
+// tokens; acc = fma(f32(dot) * d_w, d_x, acc) block by block, as the contract orders it.
+template <class Codes, int T>
+void Act8Half(const Act16Args& a, int64_t g, int h, int64_t t0) {
+  const int64_t nb = a.n / kQK;
+  const uint8_t* group = a.w + g * nb * Codes::kBlockBytes;
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* block = group + b * Codes::kBlockBytes;
+    __m256i c[8];
+    Codes::Load(block, h, c);
+    // The group's 16 f16 scales open the block.
+    const __m256 dw = _mm256_cvtph_ps(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 16 * h)));
+    for (int t = 0; t < T; ++t) {
+      const int64_t at = (t0 + t) * a.xq_stride + b;
+      const BlockQ8Act& x = a.xq[at];
+      const __m256 s = _mm256_mul_ps(_mm256_cvtepi32_ps(Codes::Dot(c, x, a.xsum[at])), dw);
+      acc[t] = _mm256_fmadd_ps(s, _mm256_set1_ps(x.d), acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    _mm256_storeu_ps(a.y + (t0 + t) * a.y_stride + 16 * g + 8 * h, acc[t]);
+  }
+}
+
+// Tokens 4 at a time (8 code vectors + 4 accumulators of the 16 ymm registers), then 2, 1.
+template <class Codes>
+void DotAct16Blocks(const Act16Args& a) {
+  for (int64_t g = 0; g < a.n_groups; ++g) {
+    for (int h = 0; h < 2; ++h) {
+      int64_t t = 0;
+      for (; t + 4 <= a.n_tok; t += 4) Act8Half<Codes, 4>(a, g, h, t);
+      if (t + 2 <= a.n_tok) {
+        Act8Half<Codes, 2>(a, g, h, t);
+        t += 2;
+      }
+      if (t < a.n_tok) Act8Half<Codes, 1>(a, g, h, t);
+    }
+  }
+}
+
+// Q8_0 codes are stored + 128, whose pairs overflow maddubs' int16, and the usual way around
+// (|x| against the codes carrying x's sign) is wrong for a code of -128: the scalar reference
+// serves them, and PrefersInterleaved keeps Q8_0 matrices in rows at this level.
+void DotAct16(const Act16Args& a) {
+  if (a.wt == DType::kQ8_0) return ScalarLevelKernels().dot_act16(a);
+  DotAct16Blocks<Q4_0x8Codes>(a);
+}
+
 // R weight rows x T tokens: each x vector is loaded once for R FMAs and each w vector once
 // for T, with R * T independent accumulators. 4 x 2 uses 8 accumulators + 4 w + 2 x of the 16
 // ymm registers.
@@ -810,7 +891,7 @@ const LevelKernels& Avx2LevelKernels() {
        &MaxF32, &ScoresF16T, &ScoresQ8T, &QuantizeAct, &DotAct, &SwiGlu},
       &DotTile,
       &DotActTile,
-      nullptr,
+      &DotAct16,
   };
   return kLevel;
 }

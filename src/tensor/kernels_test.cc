@@ -759,6 +759,37 @@ TEST(MatMulTest, InterleavedQ8_0IsExactAtTheExtremes) {
   }
 }
 
+// The same for Q4_0 at its extremes (nibbles 0 and 15, codes -8 and 7) against +127 or -127
+// throughout: every product of a block has one sign, the AVX2 kernel's int16 sums of a
+// block's pairs at their largest (8 quads x 2 x 15 x 127).
+TEST(MatMulTest, InterleavedQ4_0IsExactAtTheExtremes) {
+  constexpr int64_t kOut = 16, kIn = 2 * kQK;
+  std::vector<BlockQ4_0> rows(kOut * 2);
+  for (int64_t o = 0; o < kOut; ++o) {
+    for (int b = 0; b < 2; ++b) {
+      rows[o * 2 + b].d = 0x3c00;  // 1.0
+      std::fill(std::begin(rows[o * 2 + b].qs), std::end(rows[o * 2 + b].qs),
+                static_cast<uint8_t>(o % 2 == 0 ? 0xff : 0x00));
+    }
+  }
+  std::vector<uint8_t> packed(rows.size() * sizeof(BlockQ4_0));
+  InterleaveRows(DType::kQ4_0, rows.data(), kOut, kIn, packed.data());
+  std::vector<float> y(kOut);
+  for (float sign : {1.0f, -1.0f}) {
+    const std::vector<float> x(kIn, sign);  // quantizes to ±127 with d = 1 / 127
+    for (const internal::LevelKernels* level : internal::AvailableLevelKernels()) {
+      internal::MatMulWith(*level, DType::kQ4_0, packed.data(), kOut, kIn, x.data(), 1,
+                           y.data(), nullptr, WeightLayout::kInterleaved16);
+      for (int64_t o = 0; o < kOut; ++o) {
+        const int64_t code = o % 2 == 0 ? 7 : -8;
+        const float block = static_cast<float>(code * 127 * kQK * static_cast<int>(sign)) *
+                            (1.0f / 127.0f);
+        EXPECT_EQ(y[o], block + block) << SimdLevelName(level->set.level) << " row " << o;
+      }
+    }
+  }
+}
+
 TEST(MatMulTest, WithoutPool) {
   for (DType t : kAllTypes) {
     ExpectMatMulMatches(t, 67, 96, 1, nullptr);
