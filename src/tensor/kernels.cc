@@ -133,10 +133,7 @@ int32_t* ActSumScratch(int64_t n_blocks) {
 
 // Interleaved weights: the task's groups of 16 rows in one call.
 void Act16Rows(const MatMulJob& job, int64_t begin, int64_t end) {
-  const internal::DotAct16Fn fn = job.kernels->dot_act16 != nullptr
-                                      ? job.kernels->dot_act16
-                                      : internal::ScalarLevelKernels().dot_act16;
-  fn({
+  job.kernels->dot_act16({
       .wt = job.wt,
       .w = job.w + begin * job.row_bytes,
       .n_groups = (end - begin) / 16,

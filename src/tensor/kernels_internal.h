@@ -92,7 +92,7 @@ struct LevelKernels {
   KernelSet set;  // what Kernels() hands out
   DotTileFn dot_tile;
   DotActTileFn dot_act_tile;
-  DotAct16Fn dot_act16;  // nullptr: MatMul uses the scalar level's
+  DotAct16Fn dot_act16;
 };
 
 const LevelKernels& ScalarLevelKernels();
