@@ -324,11 +324,7 @@ void internal::MatMulSharedWith(const LevelKernels& kernels, std::span<const Mat
     }
     if (std::any_of(outs.begin(), outs.end(), interleaved)) {
       xsum = ActSumScratch(n_tok * blocks);
-      for (int64_t b = 0; b < n_tok * blocks; ++b) {
-        int32_t sum = 0;
-        for (int8_t q : xq[b].qs) sum += q;
-        xsum[b] = sum;
-      }
+      ActCodeSums(xq, n_tok * blocks, xsum);
     }
   }
   // The jobs' tasks, numbered one after another: job j has tasks [first[j], first[j + 1]).
@@ -385,10 +381,7 @@ void MatMul_ref(DType wt, const void* w, int64_t n_out, int64_t n_in, const floa
     if (!xq.empty()) ref.quantize_act(x + t * n_in, xq.data(), n_in);
     if (layout == WeightLayout::kInterleaved16) {
       KVLLM_CHECK(UsesQ8Activations(wt) && n_out % 16 == 0);
-      for (size_t b = 0; b < xq.size(); ++b) {
-        xsum[b] = 0;
-        for (int8_t q : xq[b].qs) xsum[b] += q;
-      }
+      ActCodeSums(xq.data(), static_cast<int64_t>(xq.size()), xsum.data());
       internal::ScalarLevelKernels().dot_act16({
           .wt = wt,
           .w = rows,

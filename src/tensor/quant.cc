@@ -143,6 +143,14 @@ void InterleaveBlocks(const void* rows, int64_t n_out, int64_t n, void* out, uin
 
 }  // namespace
 
+void ActCodeSums(const BlockQ8Act* xq, int64_t n_blocks, int32_t* sums) {
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    int32_t sum = 0;
+    for (int8_t q : xq[b].qs) sum += q;
+    sums[b] = sum;
+  }
+}
+
 void InterleaveRows(DType t, const void* rows, int64_t n_out, int64_t n, void* out) {
   KVLLM_CHECK(n_out % 16 == 0 && n % kQK == 0);
   if (t == DType::kQ8_0) {

@@ -73,6 +73,10 @@ struct BlockQ8Act {
 };
 static_assert(sizeof(BlockQ8Act) == 40);
 
+// sums[b] = sum_j xq[b].qs[j] for b < n_blocks: the code sums the interleaved kernels take
+// the codes' offset off with (DotAct16).
+void ActCodeSums(const BlockQ8Act* xq, int64_t n_blocks, int32_t* sums);
+
 // Whether MatMul multiplies rows of t with quantized activations (BlockQ8Act) rather than f32.
 constexpr bool UsesQ8Activations(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0; }
 

@@ -310,5 +310,16 @@ TEST(QuantTest, FloatRowsMatchScalarConversions) {
   EXPECT_EQ(b[0], 0x3f80);
 }
 
+
+TEST(QuantTest, ActCodeSumsAddEachBlocksCodes) {
+  std::vector<BlockQ8Act> xq(3);
+  for (int b = 0; b < 3; ++b) {
+    for (int j = 0; j < kQK; ++j) xq[b].qs[j] = static_cast<int8_t>(b == 1 ? -127 : j - b);
+  }
+  std::vector<int32_t> sums(4, 7);
+  ActCodeSums(xq.data(), 3, sums.data());
+  EXPECT_EQ(sums, (std::vector<int32_t>{496, -127 * kQK, 496 - 2 * kQK, 7}));
+}
+
 }  // namespace
 }  // namespace kvllm
