@@ -63,11 +63,22 @@ TEST(BenchTest, JsonHasTheRooflineAndEachRowsFractionOfItsLimit) {
               roof["fma_flops_per_s"].get<double>() / pp["flops_per_token"].get<double>(),
               1e-9 * pp["limit_tokens_per_s"].get<double>());
   EXPECT_GT(tg["bytes_per_token"].get<double>(), 0);
-  // One run (-r 1): its limit is the bandwidth measured just before it over the bytes it reads.
-  const double tg_bw = tg["read_bytes_per_s"];
-  EXPECT_GE(tg_bw, 0.5e9);
-  EXPECT_NEAR(tg["limit_tokens_per_s"].get<double>(), tg_bw / tg["bytes_per_token"].get<double>(),
-              1e-9 * tg_bw);
+  // A decode row's limit (one run, -r 1): the weights at the bandwidth measured just before
+  // it, then attention, bound by the larger of reading the cache and its arithmetic (an f16
+  // cache: every FLOP at the FMA peak).
+  const double weights = j["weight_bytes_per_token"], kv = j["kv_bytes_per_token"];
+  const double attention = j["attention_flops_per_token"];
+  EXPECT_GT(attention, 0);
+  EXPECT_EQ(j["attention_int8_share"].get<double>(), 0);
+  const double fma = roof["fma_flops_per_s"];
+  auto expect_limit = [&](const nlohmann::json& row, const char* key) {
+    const double bw = row["read_bytes_per_s"];
+    EXPECT_GE(bw, 0.5e9);
+    const double context = (row["bytes_per_token"].get<double>() - weights) / kv;
+    const double seconds = weights / bw + std::max(kv * context / bw, attention * context / fma);
+    EXPECT_NEAR(row[key].get<double>(), 1 / seconds, 1e-6 / seconds) << row.dump();
+  };
+  expect_limit(tg, "limit_tokens_per_s");
   EXPECT_NEAR(tg["fraction_of_limit"].get<double>(),
               tg["tokens_per_s"].get<double>() / tg["limit_tokens_per_s"].get<double>(), 1e-9);
   for (const nlohmann::json* row : {&pp, &tg}) {
@@ -78,19 +89,9 @@ TEST(BenchTest, JsonHasTheRooflineAndEachRowsFractionOfItsLimit) {
   // Deeper contexts read more KV per token: at the same bandwidth the limit falls.
   EXPECT_GT(j["depth"][1]["bytes_per_token"].get<double>(),
             j["depth"][0]["bytes_per_token"].get<double>());
-  // A depth row's limit: the weights at the run's bandwidth, then attention, bound by the
-  // larger of reading the cache and its arithmetic (an f16 cache: every FLOP at the FMA peak).
-  const double weights = j["weight_bytes_per_token"], kv = j["kv_bytes_per_token"];
-  const double attention = j["attention_flops_per_token"];
-  EXPECT_GT(attention, 0);
-  EXPECT_EQ(j["attention_int8_share"].get<double>(), 0);
   for (const nlohmann::json& row : j["depth"]) {
     ExpectFraction(row, "cached_fraction_of_limit");
-    const double bw = row["read_bytes_per_s"];
-    const double context = (row["bytes_per_token"].get<double>() - weights) / kv;
-    const double fma = roof["fma_flops_per_s"];
-    const double seconds = weights / bw + std::max(kv * context / bw, attention * context / fma);
-    EXPECT_NEAR(row["cached_limit_tokens_per_s"].get<double>(), 1 / seconds, 1e-6 / seconds);
+    expect_limit(row, "cached_limit_tokens_per_s");
   }
 }
 
