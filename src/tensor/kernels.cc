@@ -172,9 +172,15 @@ void ActRows(const MatMulJob& job, int64_t begin, int64_t end) {
 }
 
 void MatVecRows(const MatMulJob& job, int64_t begin, int64_t end) {
-  for (int64_t o = begin; o < end; ++o) {
-    job.y[o] = job.kernels->set.dot(job.wt, job.w + o * job.row_bytes, job.x, job.n_in);
-  }
+  job.kernels->dot_rows({
+      .wt = job.wt,
+      .w = job.w + begin * job.row_bytes,
+      .row_bytes = job.row_bytes,
+      .n_rows = end - begin,
+      .x = job.x,
+      .n = job.n_in,
+      .y = job.y + begin,
+  });
 }
 
 // This thread's buffer for one task's dequantized weight slice, [kMatMatTaskRows][kSliceCols]

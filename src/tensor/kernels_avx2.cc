@@ -733,6 +733,54 @@ void ActTileRows(const ActTileArgs& a, int64_t r0) {
   }
 }
 
+// R float-type rows against one x, for decode, as kernels_avx512.cc's RowsTile: R sums in
+// flight and each x vector loaded once for all R.
+template <class Src, int R>
+void RowsTile(const RowsArgs& a, int64_t r0) {
+  using Elem = typename Src::Elem;
+  const Elem* w[R];
+  for (int r = 0; r < R; ++r) w[r] = reinterpret_cast<const Elem*>(a.w + (r0 + r) * a.row_bytes);
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= a.n; i += 8) {
+    const __m256 xv = _mm256_loadu_ps(a.x + i);
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(Src::Load(w[r] + i), xv, acc[r]);
+  }
+  if (i < a.n) {
+    float xt[8] = {};
+    std::memcpy(xt, a.x + i, static_cast<size_t>(a.n - i) * sizeof(float));
+    const __m256 xv = _mm256_loadu_ps(xt);
+    for (int r = 0; r < R; ++r) {
+      acc[r] = _mm256_fmadd_ps(LoadTail<Src>(w[r] + i, a.n - i), xv, acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) a.y[r0 + r] = HSum(acc[r]);
+}
+
+template <class Src>
+void DotRowsOf(const RowsArgs& a) {
+  int64_t r = 0;
+  for (; r + 8 <= a.n_rows; r += 8) RowsTile<Src, 8>(a, r);
+  for (; r < a.n_rows; ++r) {
+    a.y[r] = DotFloat<Src>(reinterpret_cast<const typename Src::Elem*>(a.w + r * a.row_bytes),
+                           a.x, a.n);
+  }
+}
+
+void DotRows(const RowsArgs& a) {
+  switch (a.wt) {
+    case DType::kF32:
+      return DotRowsOf<F32Src>(a);
+    case DType::kF16:
+      return DotRowsOf<F16Src>(a);
+    case DType::kBF16:
+      return DotRowsOf<BF16Src>(a);
+    default:  // quantized rows go through dot_act_tile; this keeps the contract anyway
+      for (int64_t r = 0; r < a.n_rows; ++r) a.y[r] = Dot(a.wt, a.w + r * a.row_bytes, a.x, a.n);
+  }
+}
+
 template <class Ints>
 void DotActTileBlocks(const ActTileArgs& a) {
   int r = 0;
@@ -890,6 +938,7 @@ const LevelKernels& Avx2LevelKernels() {
       {SimdLevel::kAvx2, &Dot, &Axpy, &Dequantize, &DotF32, &WeightedRows, &ExpSum,
        &MaxF32, &ScoresF16T, &ScoresQ8T, &QuantizeAct, &DotAct, &SwiGlu},
       &DotTile,
+      &DotRows,
       &DotActTile,
       &DotAct16,
   };

@@ -1008,6 +1008,57 @@ void DotTile(const TileArgs& a) {
   }
 }
 
+// R float-type rows against one x, for decode: R sums in flight (8 cover the FMA latency at
+// two FMAs a cycle) and each x vector loaded once for all R, where a dot per row keeps four
+// and pays a horizontal sum per row. No software prefetch: the next tile's lines (4 KiB
+// apart, like these) asked into the L1 evicted the ones in use, and into the L2 gained
+// nothing measurable (docs/performance.md).
+template <class Src, int R>
+void RowsTile(const RowsArgs& a, int64_t r0) {
+  using Elem = typename Src::Elem;
+  const Elem* w[R];
+  for (int r = 0; r < R; ++r) w[r] = reinterpret_cast<const Elem*>(a.w + (r0 + r) * a.row_bytes);
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= a.n; i += 16) {
+    const __m512 xv = _mm512_loadu_ps(a.x + i);
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(Src::Load(w[r] + i), xv, acc[r]);
+  }
+  if (i < a.n) {
+    const __mmask16 m = TailMask(a.n - i);
+    const __m512 xv = _mm512_maskz_loadu_ps(m, a.x + i);
+    for (int r = 0; r < R; ++r) {
+      acc[r] = _mm512_fmadd_ps(Src::LoadMasked(m, w[r] + i), xv, acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) a.y[r0 + r] = HSum(acc[r]);
+}
+
+// Tiles of 8 rows; the last n_rows % 8 one at a time (a dot's four chains).
+template <class Src>
+void DotRowsOf(const RowsArgs& a) {
+  int64_t r = 0;
+  for (; r + 8 <= a.n_rows; r += 8) RowsTile<Src, 8>(a, r);
+  for (; r < a.n_rows; ++r) {
+    a.y[r] = DotFloat<Src>(reinterpret_cast<const typename Src::Elem*>(a.w + r * a.row_bytes),
+                           a.x, a.n);
+  }
+}
+
+void DotRows(const RowsArgs& a) {
+  switch (a.wt) {
+    case DType::kF32:
+      return DotRowsOf<F32Src>(a);
+    case DType::kF16:
+      return DotRowsOf<F16Src>(a);
+    case DType::kBF16:
+      return DotRowsOf<BF16Src>(a);
+    default:  // quantized rows go through dot_act_tile; this keeps the contract anyway
+      for (int64_t r = 0; r < a.n_rows; ++r) a.y[r] = Dot(a.wt, a.w + r * a.row_bytes, a.x, a.n);
+  }
+}
+
 }  // namespace
 
 const LevelKernels& Avx512LevelKernels() {
@@ -1015,6 +1066,7 @@ const LevelKernels& Avx512LevelKernels() {
       {SimdLevel::kAvx512, &Dot, &Axpy, &Dequantize, &DotF32, &WeightedRows, &ExpSum,
        &MaxF32, &ScoresF16T, &ScoresQ8T, &QuantizeAct, &DotAct, &SwiGlu},
       &DotTile,
+      &DotRows,
       &DotActTile,
       &DotAct16,
   };

@@ -49,6 +49,22 @@ struct ActTileArgs {
 };
 using DotActTileFn = void (*)(const ActTileArgs& args);
 
+// Decode with float-type weights (f32, f16, bf16), one token:
+//   y[r] = sum_{i < n} dequant(w + r * row_bytes)[i] * x[i]   for r < n_rows
+// to within a dot's rounding (the order of the sum is the level's). Several rows at a time
+// share each loaded x vector and keep enough sums in flight to hide the FMA latency, which
+// row-at-a-time dots (one HSum per 4 KiB row) do not.
+struct RowsArgs {
+  DType wt;
+  const uint8_t* w;
+  size_t row_bytes;
+  int64_t n_rows;
+  const float* x;
+  int64_t n;
+  float* y;
+};
+using DotRowsFn = void (*)(const RowsArgs& args);
+
 // Q8_0 / Q4_0 weights stored WeightLayout::kInterleaved16 against quantized activations:
 // n_groups groups of 16 rows from w, and for g < n_groups, r < 16, t < n_tok
 //   y[t * y_stride + 16 * g + r] = acc, where acc = 0, then for each block b in order
@@ -91,6 +107,7 @@ void ByHeadGroups(int64_t n_g, const Strip& strip) {
 struct LevelKernels {
   KernelSet set;  // what Kernels() hands out
   DotTileFn dot_tile;
+  DotRowsFn dot_rows;
   DotActTileFn dot_act_tile;
   DotAct16Fn dot_act16;
 };

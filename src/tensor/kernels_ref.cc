@@ -230,6 +230,10 @@ void DotTile(const TileArgs& a) {
   }
 }
 
+void DotRows(const RowsArgs& a) {
+  for (int64_t r = 0; r < a.n_rows; ++r) a.y[r] = Dot(a.wt, a.w + r * a.row_bytes, a.x, a.n);
+}
+
 void DotActTile(const ActTileArgs& a) {
   for (int64_t t = 0; t < a.n_tok; ++t) {
     for (int r = 0; r < a.n_rows; ++r) {
@@ -245,6 +249,7 @@ const LevelKernels& ScalarLevelKernels() {
       {SimdLevel::kScalar, &Dot, &Axpy, &Dequantize, &DotF32, &WeightedRows, &ExpSum,
        &MaxF32, &ScoresF16T, &ScoresQ8T, &QuantizeAct, &DotAct, &SwiGlu},
       &DotTile,
+      &DotRows,
       &DotActTile,
       &DotAct16,
   };
