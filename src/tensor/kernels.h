@@ -32,6 +32,10 @@ struct Prefetch {
   int64_t far = 0;
 };
 
+// Rows of a Q8_0 V that weighted_rows sums under one rounding of the weights: 256 products
+// of 32767 * 127 stay inside an int32 sum.
+constexpr int64_t kQ8VRunRows = 256;
+
 // Function table for one SIMD level. `row` points at a row of n elements in `t`; n is a
 // multiple of BlockElems(t) but need not be a multiple of the vector width.
 struct KernelSet {
@@ -47,6 +51,13 @@ struct KernelSet {
   // y[g][i] += sum_j p[g * p_stride + j] * v[j][i]  for g < n_g, j < n, i < d; v and y with
   // row stride d, v of type vt (F32, F16, BF16, or Q8_0 with d a multiple of 32; attention's
   // probabilities times V rows, read in place from the cache).
+  // A Q8_0 V is summed in integers, as one 16-bit multiply-add takes a pair of rows; it needs
+  // |p| <= 1 (softmax's numerators are). For each run of up to kQ8VRunRows rows and block
+  // column b, with d_j row j's block scale and D = max_j |d_j| over the run, the weights
+  // w_j = round(p_j * (d_j * (32767 / D))) fit 16 bits, and
+  //   y[g][32b + i] = fma(f32(sum_j w_j * code_j[i]), D / 32767, y[g][32b + i]).
+  // Rounding a weight moves its term by at most |code_j| * D / 65534, where rounding V to
+  // codes already allowed |p_j * d_j| / 2. Every level computes these same bits.
   void (*weighted_rows)(const float* p, int64_t p_stride, int64_t n_g, DType vt, const void* v,
                         int64_t n, int64_t d, float* y, Prefetch* ahead);
   // x[j] = exp(x[j] - shift) for j < n; returns sum_j x[j] (softmax's numerators; x[j] <= shift

@@ -330,49 +330,109 @@ void WeightedRowsOf(const float* p, int64_t p_stride, int64_t n_g, const void* v
   ahead.Return(prefetch);
 }
 
-// G heads' 32 output columns of one Q8_0 block column of V, in 4 * G registers: each row's
-// block becomes floats (the codes times the block's scale, as Dequantize computes them) in
-// registers.
-template <int G>
-void WeightedQ8Strip(const float* p, int64_t p_stride, const uint8_t* v, int64_t row_bytes,
-                     int64_t n, int64_t d, float* y, Ahead& ahead) {
-  __m256 acc[G][4];
-  for (int g = 0; g < G; ++g) {
-    for (int c = 0; c < 4; ++c) acc[g][c] = _mm256_loadu_ps(y + g * d + 8 * c);
+// One head's weights for one block column of a run of Q8_0 V rows, as kernels_avx512.cc's
+// Q8VWeights (kernels.h): w[j] = round(p[j] * dw[j]), w[len] = 0. The tail goes through a
+// zeroed copy of p.
+void Q8VWeights(const float* p, const float* dw, int64_t len, int16_t* w) {
+  for (int64_t j = 0; j < len; j += 8) {
+    const int64_t m = len - j < 8 ? len - j : 8;
+    float pb[8] = {};
+    std::memcpy(pb, p + j, static_cast<size_t>(m) * sizeof(float));
+    // |p * dw| <= 32767 * (1 + 2^-23): the rounded weight fits 16 bits.
+    const __m256 t = _mm256_mul_ps(_mm256_loadu_ps(pb), _mm256_loadu_ps(dw + j));
+    const __m256i wj = _mm256_cvtps_epi32(t);
+    const __m128i packed =
+        _mm_packs_epi32(_mm256_castsi256_si128(wj), _mm256_extracti128_si256(wj, 1));
+    int16_t wb[8];
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(wb), packed);
+    std::memcpy(w + j, wb, static_cast<size_t>(m) * sizeof(w[0]));
   }
-  for (int64_t j = 0; j < n; ++j) {
-    ahead.Step();
+  w[len] = 0;
+}
+
+// G heads' 32 output columns of one Q8_0 block column of V over a run of len rows, in
+// integers as in kernels_avx512.cc's Q8VStrip: rows j and j + 1 widened to 16 bits and
+// interleaved, so that vpmaddwd adds w[j] * code_j + w[j + 1] * code_j+1 into 8 int32 lanes.
+// Each 16-column half c leaves columns {0-3, 8-11} in acc[g][2c] and {4-7, 12-15} in
+// acc[g][2c + 1], put back in order at the end.
+template <int G>
+void Q8VStrip(const int16_t (*w)[kQ8VRunRows + 2], float unscale, const uint8_t* v,
+              int64_t row_bytes, int64_t len, int64_t d, float* y, Ahead& ahead) {
+  __m256i acc[G][4];
+  for (int g = 0; g < G; ++g) {
+    for (int k = 0; k < 4; ++k) acc[g][k] = _mm256_setzero_si256();
+  }
+  auto codes = [&](int64_t j, int c) {
     const auto& block = *reinterpret_cast<const BlockQ8_0*>(v + j * row_bytes);
-    __m256 vj[4];
-    Q8_0Src::Unpack(block, vj);
-    const __m256 scale = _mm256_set1_ps(Scale(block.d));
-    for (int c = 0; c < 4; ++c) vj[c] = _mm256_mul_ps(vj[c], scale);
+    return _mm256_cvtepi8_epi16(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(block.qs + 16 * c)));
+  };
+  for (int64_t j = 0; j < len; j += 2) {
+    ahead.Step();
+    ahead.Step();
+    __m256i pairs[4];
+    for (int c = 0; c < 2; ++c) {
+      const __m256i a = codes(j, c);
+      const __m256i b = j + 1 < len ? codes(j + 1, c) : _mm256_setzero_si256();
+      pairs[2 * c] = _mm256_unpacklo_epi16(a, b);
+      pairs[2 * c + 1] = _mm256_unpackhi_epi16(a, b);
+    }
     for (int g = 0; g < G; ++g) {
-      const __m256 pj = _mm256_set1_ps(p[g * p_stride + j]);
-      for (int c = 0; c < 4; ++c) acc[g][c] = _mm256_fmadd_ps(pj, vj[c], acc[g][c]);
+      int32_t pair;
+      std::memcpy(&pair, w[g] + j, sizeof(pair));
+      const __m256i wp = _mm256_set1_epi32(pair);
+      for (int k = 0; k < 4; ++k) {
+        acc[g][k] = _mm256_add_epi32(acc[g][k], _mm256_madd_epi16(pairs[k], wp));
+      }
     }
   }
+  const __m256 u = _mm256_set1_ps(unscale);
   for (int g = 0; g < G; ++g) {
-    for (int c = 0; c < 4; ++c) _mm256_storeu_ps(y + g * d + 8 * c, acc[g][c]);
+    for (int c = 0; c < 2; ++c) {
+      const __m256i lo = acc[g][2 * c], hi = acc[g][2 * c + 1];
+      float* out = y + g * d + 16 * c;
+      const __m256i s0 = _mm256_permute2x128_si256(lo, hi, 0x20);  // columns 0-7
+      const __m256i s1 = _mm256_permute2x128_si256(lo, hi, 0x31);  // columns 8-15
+      _mm256_storeu_ps(out, _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), u, _mm256_loadu_ps(out)));
+      _mm256_storeu_ps(out + 8,
+                       _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), u, _mm256_loadu_ps(out + 8)));
+    }
   }
 }
 
-// Pairs of heads (8 chains), a last odd head alone, one block column at a time.
+// Pairs of heads (8 accumulators), a last odd head alone, one block column at a time.
 void WeightedRowsQ8(const float* p, int64_t p_stride, int64_t n_g, const void* v, int64_t n,
                     int64_t d, float* y, Prefetch* prefetch) {
   const auto* rows = static_cast<const uint8_t*>(v);
   const int64_t row_bytes = d / kQK * static_cast<int64_t>(sizeof(BlockQ8_0));
   Ahead ahead(prefetch);
-  for (int64_t b = 0; b < d / kQK; ++b) {
-    const uint8_t* column = rows + b * static_cast<int64_t>(sizeof(BlockQ8_0));
-    int64_t g = 0;
-    for (; g + 2 <= n_g; g += 2) {
-      WeightedQ8Strip<2>(p + g * p_stride, p_stride, column, row_bytes, n, d, y + g * d + b * kQK,
-                         ahead);
-    }
-    if (g < n_g) {
-      WeightedQ8Strip<1>(p + g * p_stride, p_stride, column, row_bytes, n, d, y + g * d + b * kQK,
-                         ahead);
+  alignas(32) float dw[kQ8VRunRows];
+  alignas(32) int16_t w[2][kQ8VRunRows + 2];
+  for (int64_t r0 = 0; r0 < n; r0 += kQ8VRunRows) {
+    const int64_t len = n - r0 < kQ8VRunRows ? n - r0 : kQ8VRunRows;
+    const uint8_t* run = rows + r0 * row_bytes;
+    for (int64_t b = 0; b < d / kQK; ++b) {
+      const uint8_t* col = run + b * static_cast<int64_t>(sizeof(BlockQ8_0));
+      float dmax = 0.0f;
+      for (int64_t j = 0; j < len; ++j) {
+        dw[j] = Scale(reinterpret_cast<const BlockQ8_0*>(col + j * row_bytes)->d);
+        const float a = dw[j] < 0.0f ? -dw[j] : dw[j];
+        dmax = a > dmax ? a : dmax;
+      }
+      if (dmax == 0.0f) continue;  // every weight is 0: y stays
+      const float to_int = 32767.0f / dmax;
+      for (int64_t j = 0; j < len; ++j) dw[j] *= to_int;
+      const float unscale = dmax / 32767.0f;
+      float* yb = y + b * kQK;
+      int64_t g = 0;
+      for (; g + 2 <= n_g; g += 2) {
+        for (int k = 0; k < 2; ++k) Q8VWeights(p + (g + k) * p_stride + r0, dw, len, w[k]);
+        Q8VStrip<2>(w, unscale, col, row_bytes, len, d, yb + g * d, ahead);
+      }
+      if (g < n_g) {
+        Q8VWeights(p + g * p_stride + r0, dw, len, w[0]);
+        Q8VStrip<1>(w, unscale, col, row_bytes, len, d, yb + g * d, ahead);
+      }
     }
   }
   ahead.Return(prefetch);
@@ -799,7 +859,8 @@ float DotAct(DType t, const void* row, const BlockQ8Act* xq, int64_t n) {
 }
 
 // Interleaved Q4_0 weights (BlockQ4_0x16), 8 of a group's 16 rows at a time (the half h):
-// c[j] holds those rows' quads that meet the activations' quad j, one row per int32 lane. AVX2 has no vpdpbusd: maddubs multiplies unsigned by signed bytes into int16 pairs and
+// c[j] holds those rows' quads that meet the activations' quad j, one row per int32 lane.
+// AVX2 has no vpdpbusd: maddubs multiplies unsigned by signed bytes into int16 pairs and
 // madd by ones sums the pairs, which is the lane's exact 4-term dot.
 struct Q4_0x8Codes {
   static constexpr int64_t kBlockBytes = sizeof(BlockQ4_0x16);

@@ -338,30 +338,68 @@ void WeightedRowsOf(const float* p, int64_t p_stride, int64_t n_g, const void* v
   ahead.Return(prefetch);
 }
 
-// G heads' 32 output columns of one Q8_0 block column of V, in 2 * G registers: each row's
-// block becomes floats (the codes times the block's scale, as Dequantize computes them) in
-// registers, for G * 2 FMAs, instead of through a copy in memory.
-template <int G>
-void WeightedQ8Strip(const float* p, int64_t p_stride, const uint8_t* v, int64_t row_bytes,
-                     int64_t n, int64_t d, float* y, Ahead& ahead) {
-  __m512 acc[G][2];
-  for (int g = 0; g < G; ++g) {
-    for (int c = 0; c < 2; ++c) acc[g][c] = _mm512_loadu_ps(y + g * d + 16 * c);
+// One head's weights for one block column of a run of Q8_0 V rows (kernels.h): w[j] =
+// round(p[j] * dw[j]), dw[j] = d_j * (32767 / D), and w[len] = 0 (the partner of an odd last
+// row).
+void Q8VWeights(const float* p, const float* dw, int64_t len, int16_t* w) {
+  for (int64_t j = 0; j < len; j += 16) {
+    const __mmask16 k = TailMask(len - j < 16 ? len - j : 16);
+    const __m512 t = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, p + j), _mm512_loadu_ps(dw + j));
+    // |t| <= 32767 * (1 + 2^-23): the rounded weight fits 16 bits.
+    _mm256_mask_storeu_epi16(w + j, k, _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(t)));
   }
-  for (int64_t j = 0; j < n; ++j) {
-    ahead.Step();
+  w[len] = 0;
+}
+
+// acc += the pairwise 16-bit products of a and b, as _mm512_dpwssd_epi32, but in acc's own
+// register: for the intrinsic GCC 12 copied each accumulator to another register and back
+// at every step (16 moves and 2 spills a pair of rows for 8 heads).
+void DpwssdInPlace(__m512i& acc, __m512i a, __m512i b) {
+  __asm__("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+}
+
+// G heads' 32 output columns of one Q8_0 block column of V over a run of len rows, in
+// integers: rows j and j + 1 widened to 16 bits and interleaved, so that one vpdpwssd adds
+// w[j] * code_j + w[j + 1] * code_j+1 into each of 16 int32 lanes (32 products, where an FMA
+// does 16). The interleave leaves lanes in the column order {0-3, 8-11, ...} and
+// {4-7, 12-15, ...}, put back in order once at the end.
+template <int G>
+void Q8VStrip(const int16_t (*w)[kQ8VRunRows + 2], float unscale, const uint8_t* v,
+              int64_t row_bytes, int64_t len, int64_t d, float* y, Ahead& ahead) {
+  __m512i acc[G][2];
+  for (int g = 0; g < G; ++g) acc[g][0] = acc[g][1] = _mm512_setzero_si512();
+  auto codes = [&](int64_t j) {
     const auto& block = *reinterpret_cast<const BlockQ8_0*>(v + j * row_bytes);
-    __m512 vj[2];
-    Q8_0Src::Unpack(block, vj);
-    const __m512 scale = _mm512_set1_ps(Scale(block.d));
-    for (int c = 0; c < 2; ++c) vj[c] = _mm512_mul_ps(vj[c], scale);
+    return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(block.qs)));
+  };
+  // The last row of an odd run pairs with zero codes (its partner weight w[len] is 0 too).
+  for (int64_t j = 0; j < len; j += 2) {
+    ahead.Step();
+    ahead.Step();
+    const __m512i a = codes(j);
+    const __m512i b = j + 1 < len ? codes(j + 1) : _mm512_setzero_si512();
+    const __m512i lo = _mm512_unpacklo_epi16(a, b);
+    const __m512i hi = _mm512_unpackhi_epi16(a, b);
+#pragma GCC unroll 8
     for (int g = 0; g < G; ++g) {
-      const __m512 pj = _mm512_set1_ps(p[g * p_stride + j]);
-      for (int c = 0; c < 2; ++c) acc[g][c] = _mm512_fmadd_ps(pj, vj[c], acc[g][c]);
+      int32_t pair;
+      std::memcpy(&pair, w[g] + j, sizeof(pair));
+      const __m512i wp = _mm512_set1_epi32(pair);
+      DpwssdInPlace(acc[g][0], lo, wp);
+      DpwssdInPlace(acc[g][1], hi, wp);
     }
   }
+  const __m512i first = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+  const __m512i second =
+      _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+  const __m512 u = _mm512_set1_ps(unscale);
   for (int g = 0; g < G; ++g) {
-    for (int c = 0; c < 2; ++c) _mm512_storeu_ps(y + g * d + 16 * c, acc[g][c]);
+    float* out = y + g * d;
+    const __m512i s0 = _mm512_permutex2var_epi32(acc[g][0], first, acc[g][1]);
+    const __m512i s1 = _mm512_permutex2var_epi32(acc[g][0], second, acc[g][1]);
+    _mm512_storeu_ps(out, _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), u, _mm512_loadu_ps(out)));
+    _mm512_storeu_ps(out + 16,
+                     _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), u, _mm512_loadu_ps(out + 16)));
   }
 }
 
@@ -370,11 +408,36 @@ void WeightedRowsQ8(const float* p, int64_t p_stride, int64_t n_g, const void* v
   const auto* rows = static_cast<const uint8_t*>(v);
   const int64_t row_bytes = static_cast<int64_t>(RowBytes(DType::kQ8_0, d));
   Ahead ahead(prefetch);
-  for (int64_t b = 0; b < d / kQK; ++b) {
-    ByHeadGroups(n_g, [&]<int G>(int64_t g) {
-      WeightedQ8Strip<G>(p + g * p_stride, p_stride, rows + b * sizeof(BlockQ8_0), row_bytes, n,
-                         d, y + g * d + b * kQK, ahead);
-    });
+  alignas(64) uint16_t dh[kQ8VRunRows];
+  alignas(64) float dw[kQ8VRunRows];
+  alignas(64) int16_t w[8][kQ8VRunRows + 2];
+  for (int64_t r0 = 0; r0 < n; r0 += kQ8VRunRows) {
+    const int64_t len = n - r0 < kQ8VRunRows ? n - r0 : kQ8VRunRows;
+    const uint8_t* run = rows + r0 * row_bytes;
+    for (int64_t b = 0; b < d / kQK; ++b) {
+      const uint8_t* col = run + b * static_cast<int64_t>(sizeof(BlockQ8_0));
+      // The rows' f16 scales side by side, then widened 16 at a time.
+      for (int64_t j = 0; j < len; ++j) {
+        dh[j] = reinterpret_cast<const BlockQ8_0*>(col + j * row_bytes)->d;
+      }
+      __m512 mv = _mm512_setzero_ps();
+      for (int64_t j = 0; j < len; j += 16) {
+        const __mmask16 k = TailMask(len - j < 16 ? len - j : 16);
+        const __m512 dj = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, dh + j));
+        _mm512_storeu_ps(dw + j, dj);
+        mv = _mm512_max_ps(mv, _mm512_abs_ps(dj));
+      }
+      const float dmax = _mm512_reduce_max_ps(mv);
+      if (dmax == 0.0f) continue;  // every weight is 0: y stays
+      const __m512 to_int = _mm512_set1_ps(32767.0f / dmax);
+      for (int64_t j = 0; j < len; j += 16) {
+        _mm512_storeu_ps(dw + j, _mm512_mul_ps(_mm512_loadu_ps(dw + j), to_int));
+      }
+      ByHeadGroups(n_g, [&]<int G>(int64_t g0) {
+        for (int g = 0; g < G; ++g) Q8VWeights(p + (g0 + g) * p_stride + r0, dw, len, w[g]);
+        Q8VStrip<G>(w, dmax / 32767.0f, col, row_bytes, len, d, y + g0 * d + b * kQK, ahead);
+      });
+    }
   }
   ahead.Return(prefetch);
 }

@@ -67,9 +67,44 @@ void Axpy(DType t, const void* row, float a, float* y, int64_t n) {
 
 void Dequantize(DType t, const void* row, float* y, int64_t n) { DequantizeRow(t, row, y, n); }
 
+// A Q8_0 V in integers (kernels.h): per run of rows and block column, the weights p_j * d_j
+// rounded to 16 bits against the run's largest scale.
+void WeightedRowsQ8(const float* p, int64_t p_stride, int64_t n_g, const void* v, int64_t n,
+                    int64_t d, float* y) {
+  const auto* rows = static_cast<const uint8_t*>(v);
+  const size_t row_bytes = RowBytes(DType::kQ8_0, d);
+  auto block = [&](int64_t j, int64_t b) {
+    return reinterpret_cast<const BlockQ8_0*>(rows + j * row_bytes) + b;
+  };
+  for (int64_t r0 = 0; r0 < n; r0 += kQ8VRunRows) {
+    const int64_t end = std::min(n, r0 + kQ8VRunRows);
+    for (int64_t b = 0; b < d / kQK; ++b) {
+      float dmax = 0.0f;
+      for (int64_t j = r0; j < end; ++j) dmax = std::max(dmax, std::fabs(F16ToF32(block(j, b)->d)));
+      if (dmax == 0.0f) continue;  // every weight is 0: y stays
+      const float to_int = 32767.0f / dmax;
+      for (int64_t g = 0; g < n_g; ++g) {
+        int32_t sum[kQK] = {};
+        for (int64_t j = r0; j < end; ++j) {
+          // |p| <= 1 and |d_j| <= dmax: |w| <= 32767 * (1 + 2^-23), 16 bits after rounding.
+          const float t = p[g * p_stride + j] * (F16ToF32(block(j, b)->d) * to_int);
+          const auto w = static_cast<int32_t>(std::nearbyint(t));
+          for (int i = 0; i < kQK; ++i) sum[i] += w * block(j, b)->qs[i];
+        }
+        const float unscale = dmax / 32767.0f;
+        float* out = y + g * d + b * kQK;
+        for (int i = 0; i < kQK; ++i) {
+          out[i] = std::fma(static_cast<float>(sum[i]), unscale, out[i]);
+        }
+      }
+    }
+  }
+}
+
 // The reference asks for no lines ahead: prefetching changes no result.
 void WeightedRows(const float* p, int64_t p_stride, int64_t n_g, DType vt, const void* v,
                   int64_t n, int64_t d, float* y, Prefetch* /*ahead*/) {
+  if (vt == DType::kQ8_0) return WeightedRowsQ8(p, p_stride, n_g, v, n, d, y);
   const auto* rows = static_cast<const uint8_t*>(v);
   std::vector<float> row(static_cast<size_t>(d));
   for (int64_t j = 0; j < n; ++j) {

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -238,11 +239,61 @@ TEST(KernelsTest, WeightedRowsMatchesReference) {
             ref.weighted_rows(p.data(), p_stride, n_g, vt, v.data(), n, d, want.data(), nullptr);
             ahead.ExpectAdvancedWithin();
             for (int64_t i = 0; i < n_g * d; ++i) {
-              ASSERT_NEAR(y[i], want[i], 1e-5 * (1 + n))
+              // A Q8_0 V is summed in integers, to the same bits at every level (kernels.h).
+              ASSERT_NEAR(y[i], want[i], vt == DType::kQ8_0 ? 0.0 : 1e-5 * (1 + n))
                   << SimdLevelName(ks->level) << " " << DTypeName(vt) << " d=" << d
                   << " n=" << n << " n_g=" << n_g;
             }
             EXPECT_EQ(y.back(), 42.0f) << "wrote past y";
+          }
+        }
+      }
+    }
+  }
+}
+
+// The integer sum of a Q8_0 V against the sum of p_j * d_j * code_j in double: within the
+// rounding kernels.h states, sum_j |code_j| * D / 65534 per run (D the run's largest block
+// scale), plus the f32 ends. Runs longer than kQ8VRunRows restart the rounding; probabilities
+// of very different sizes (as softmax gives), a head of zeros (y unchanged) and the extremes
+// of |p| <= 1 included.
+TEST(KernelsTest, Q8VWeightsRoundWithinTheStatedBound) {
+  constexpr int64_t d = 64, n_g = 3;
+  std::mt19937 rng(5);
+  std::exponential_distribution<float> ex(0.5f);
+  for (int64_t n : {1, 2, 7, 128, 300}) {
+    const std::vector<float> vf = RandomFloats(n * d, 40);
+    std::vector<uint8_t> v(RowBytes(DType::kQ8_0, n * d));
+    QuantizeRow(DType::kQ8_0, vf.data(), v.data(), n * d);
+    std::vector<float> p(n_g * n);
+    for (int64_t j = 0; j < n; ++j) {
+      p[j] = std::exp(-ex(rng));
+      p[n + j] = 0.0f;
+      p[2 * n + j] = j % 2 ? -1.0f : 1.0f;
+    }
+    const std::vector<float> y0 = RandomFloats(n_g * d, 41);
+    for (const KernelSet* ks : AvailableKernelSets()) {
+      std::vector<float> y = y0;
+      ks->weighted_rows(p.data(), n, n_g, DType::kQ8_0, v.data(), n, d, y.data(), nullptr);
+      const auto* blocks = reinterpret_cast<const BlockQ8_0*>(v.data());
+      for (int64_t g = 0; g < n_g; ++g) {
+        for (int64_t i = 0; i < d; ++i) {
+          double exact = y0[g * d + i], bound = 1e-6 * std::fabs(y0[g * d + i]);
+          for (int64_t r0 = 0; r0 < n; r0 += kQ8VRunRows) {
+            const int64_t end = std::min(n, r0 + kQ8VRunRows);
+            double dmax = 0, codes = 0;
+            for (int64_t j = r0; j < end; ++j) {
+              const BlockQ8_0& b = blocks[j * (d / kQK) + i / kQK];
+              exact += double(p[g * n + j]) * F16ToF32(b.d) * b.qs[i % kQK];
+              dmax = std::max(dmax, double(std::fabs(F16ToF32(b.d))));
+              codes += std::abs(b.qs[i % kQK]);
+            }
+            bound += codes * dmax / 65534 + 1e-6 * codes * dmax;
+          }
+          ASSERT_NEAR(y[g * d + i], exact, bound)
+              << SimdLevelName(ks->level) << " n=" << n << " g=" << g << " i=" << i;
+          if (g == 1) {
+            ASSERT_EQ(y[g * d + i], y0[g * d + i]) << "zero weights changed y";
           }
         }
       }
