@@ -70,6 +70,7 @@ TEST(BenchTest, JsonHasTheRooflineAndEachRowsFractionOfItsLimit) {
   const double attention = j["attention_flops_per_token"];
   EXPECT_GT(attention, 0);
   EXPECT_EQ(j["attention_int8_share"].get<double>(), 0);
+  EXPECT_EQ(j["attention_int16_share"].get<double>(), 0);
   const double fma = roof["fma_flops_per_s"];
   auto expect_limit = [&](const nlohmann::json& row, const char* key) {
     const double bw = row["read_bytes_per_s"];

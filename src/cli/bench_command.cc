@@ -255,6 +255,7 @@ int Bench(BenchFlags f) {
     j["kv_bytes_per_token"] = costs.kv_bytes_per_token;  // per cached token attended over
     j["attention_flops_per_token"] = costs.attention_flops_per_pair;  // likewise
     j["attention_int8_share"] = costs.attention_int8_share;
+    j["attention_int16_share"] = costs.attention_int16_share;
     if (roof) {
       j["roofline"] = {{"read_bytes_per_s", roof->read_bytes_per_s},
                        {"fma_flops_per_s", roof->fma_flops_per_s},
@@ -317,13 +318,14 @@ int Bench(BenchFlags f) {
                 roof->matmul_flops_per_s / 1e9);
     std::printf("limits: decode = 1 / (%s of weights / bandwidth + max(%s of KV per cached "
                 "token x context / bandwidth, %.2f MFLOP of attention per cached token x "
-                "context at the peaks%s)), with the bandwidth measured before each run, median "
+                "context at the peaks%s%s)), with the bandwidth measured before each run, median "
                 "over the runs (as the %% of limit); prefill = 1 / (float FLOPs per prompt "
                 "token / FMA peak + 8-bit ops of Q8_0/Q4_0 matrices / 8-bit dot peak)\n\n",
                 FormatBytes(costs.weight_bytes).c_str(),
                 FormatBytes(costs.kv_bytes_per_token).c_str(),
                 costs.attention_flops_per_pair / 1e6,
-                costs.attention_int8_share > 0 ? ", q.k as 8-bit ops" : "");
+                costs.attention_int8_share > 0 ? ", q.k as 8-bit ops" : "",
+                costs.attention_int16_share > 0 ? ", v's weighted sum as 16-bit ops" : "");
     std::printf("| test   | tokens/s (median of %d) |      min |      max | limit tokens/s | "
                 "%% of limit |\n", f.repetitions);
     std::printf("|--------|------------------------:|---------:|---------:|---------------:|"

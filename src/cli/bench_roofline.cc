@@ -19,8 +19,9 @@ double TokenCosts::DecodeSeconds(double context, double bandwidth, double fma_pe
   if (fma_peak <= 0) return weight_bytes / bandwidth + read;
   if (int8_peak <= 0) int8_peak = fma_peak;
   const double ops = attention_flops_per_pair * context;
-  const double arithmetic = ops * (1 - attention_int8_share) / fma_peak +
-                            ops * attention_int8_share / int8_peak;
+  const double float_share = 1 - attention_int8_share - attention_int16_share;
+  const double arithmetic = ops * float_share / fma_peak + ops * attention_int8_share / int8_peak +
+                            ops * attention_int16_share / (int8_peak / 2);
   return weight_bytes / bandwidth + std::max(read, arithmetic);
 }
 
@@ -69,6 +70,7 @@ TokenCosts ComputeTokenCosts(const Model& model, const KVLayout& layout, int32_t
   (UsesQ8Activations(w.output.type) ? t.output_int8_ops : t.output_flops) += ops(w.output);
   t.attention_flops_per_pair = 4.0 * c.n_layer * c.n_head * c.head_dim;
   t.attention_int8_share = AttentionQuantizesQuery(layout.k_format()) ? 0.5 : 0.0;
+  t.attention_int16_share = layout.v_format().row_type() == DType::kQ8_0 ? 0.5 : 0.0;
   return t;
 }
 

@@ -37,13 +37,18 @@ struct TokenCosts {
   // The share of those a decode step does as 8-bit ops: q.k (half) where the cache's K is
   // scored in integers (AttentionQuantizesQuery), else 0.
   double attention_int8_share = 0;
+  // The share done as 16-bit multiply-adds: the weighted sum of v (half) where the cache's V
+  // is q8_0 (summed in integers, kernels.h), else 0. They run at half the 8-bit dot peak:
+  // vpdpwssd does 32 products where vpdpbusd does 64.
+  double attention_int16_share = 0;
 
   // Bytes read by a decode step that attends over `context` tokens.
   double DecodeBytes(double context) const;
   // The least time of such a step: the weights streamed at `bandwidth` (their matrices wait
   // for attention's output and attention for theirs, so the two add up), then attention,
   // bound by the larger of reading the cache and its arithmetic at the peaks (FLOP/s, 8-bit
-  // op/s; 0 counts as the FMA peak). Without peaks (0), the bytes alone.
+  // op/s, 16-bit ops at half the latter; 0 counts as the FMA peak). Without peaks (0), the
+  // bytes alone.
   double DecodeSeconds(double context, double bandwidth, double fma_peak,
                        double int8_peak) const;
   // Average operations (float and 8-bit) per token of a causal prefill of n_prompt tokens

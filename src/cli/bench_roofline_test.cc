@@ -34,6 +34,14 @@ TEST(DecodeSecondsTest, AnInt8ShareRunsAtTheInt8Peak) {
                    10e-3 + 1000 * (50e6 / 1e12 + 50e6 / 4e12));
 }
 
+TEST(DecodeSecondsTest, AnInt16ShareRunsAtHalfTheInt8Peak) {
+  TokenCosts t = Costs();
+  t.attention_int8_share = 0.5;
+  t.attention_int16_share = 0.5;
+  EXPECT_DOUBLE_EQ(t.DecodeSeconds(1000, 100e9, 1e12, 4e12),
+                   10e-3 + 1000 * (50e6 / 4e12 + 50e6 / 2e12));
+}
+
 TEST(DecodeSecondsTest, AWindowCapsTheContext) {
   TokenCosts t = Costs();
   t.max_context = 100;
