@@ -5,6 +5,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <random>
@@ -17,6 +18,7 @@
 #include "tensor/dtype.h"
 #include "tensor/kernels.h"
 #include "tensor/quant.h"
+#include "tensor/roofline.h"
 #include "tensor/thread_pool.h"
 
 namespace kvllm {
@@ -81,40 +83,95 @@ void BM_MatMul(benchmark::State& state) {
   state.SetLabel(Label(t));
 }
 
-// Decode (one token, 2 threads) through 512 Mi weights of 2048 columns (Q4_0 295 MB, Q8_0
-// 570 MB: a TinyLlama token's bytes, past the caches), cut into matrices of `rows` rows, one
-// MatMul each, in the layout the model loads them in (interleaved at the AVX-512 level): a
-// token of TinyLlama runs 111 MatMuls of 256 to 32,000 rows. bytes_per_second against `kvllm
-// bench`'s read bandwidth shows what streaming one matrix at a time costs. Args: dtype, rows
-// (262144: the whole stack as one matrix).
+// The layout the model loads a matrix of `rows` x 2048 in at this level, and the bytes.
+struct DecodeWeights {
+  WeightLayout layout;
+  HugePageBuffer w;
+};
+DecodeWeights DecodeMatrices(DType t, int64_t rows, int64_t total_rows) {
+  constexpr int64_t kIn = 2048;
+  const size_t row_bytes = RowBytes(t, kIn);
+  DecodeWeights d{PrefersInterleaved(t, rows) ? WeightLayout::kInterleaved16 : WeightLayout::kRows,
+                  HugePageBuffer::Allocate(row_bytes * total_rows)};
+  const std::vector<uint8_t> src = RandomRows(t, rows, kIn);  // repeated: speed needs no variety
+  for (int64_t m0 = 0; m0 < total_rows; m0 += rows) {
+    uint8_t* dst = d.w.data() + m0 * row_bytes;
+    if (d.layout == WeightLayout::kInterleaved16) {
+      InterleaveRows(t, src.data(), rows, kIn, dst);
+    } else {
+      std::copy(src.begin(), src.end(), dst);
+    }
+  }
+  return d;
+}
+
+double Seconds(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+// Decode (one token, 2 threads) through 512 Mi weights of 2048 columns (F16 1 GiB, Q8_0
+// 570 MB, Q4_0 295 MB: past the caches), cut into matrices of `rows` rows, one MatMul each,
+// in the layout the model loads them in (Q8_0/Q4_0 interleaved at the AVX-512 level): a token
+// of TinyLlama runs 111 MatMuls of 256 to 32,000 rows. Each iteration first reads the same
+// bytes with the roofline's read loop, so the counter `of_read`, the median over iterations
+// of the MatMuls' rate over the read loop's, compares the two at the same minute of a shared
+// machine's bandwidth; bytes_per_second is the MatMuls' alone. Args: dtype, rows (262144: the
+// whole stack as one matrix).
 void BM_DecodeStream(benchmark::State& state) {
   const auto t = static_cast<DType>(state.range(0));
   const int64_t rows = state.range(1);
   constexpr int64_t kIn = 2048, kRows = 262144;
   ThreadPool pool(2);
   const size_t row_bytes = RowBytes(t, kIn);
-  const WeightLayout layout =
-      PrefersInterleaved(t, rows) ? WeightLayout::kInterleaved16 : WeightLayout::kRows;
-  HugePageBuffer w = HugePageBuffer::Allocate(row_bytes * kRows);
-  const std::vector<uint8_t> src = RandomRows(t, rows, kIn);  // repeated: speed needs no variety
-  for (int64_t m0 = 0; m0 < kRows; m0 += rows) {
-    uint8_t* dst = w.data() + m0 * row_bytes;
-    if (layout == WeightLayout::kInterleaved16) {
-      InterleaveRows(t, src.data(), rows, kIn, dst);
-    } else {
-      std::copy(src.begin(), src.end(), dst);
+  const DecodeWeights d = DecodeMatrices(t, rows, kRows);
+  const std::vector<float> x = RandomFloats(kIn);
+  std::vector<float> y(kRows);
+  const auto read_sum =
+      Kernels().level >= SimdLevel::kAvx2 ? internal::ReadSum_avx2 : internal::ReadSum_scalar;
+  constexpr int64_t kChunkWords = (1 << 20) / 8;
+  const auto* words = reinterpret_cast<const uint64_t*>(d.w.data());
+  const int64_t n_chunks = static_cast<int64_t>(row_bytes * kRows / 8) / kChunkWords;
+  std::vector<uint64_t> sums(2 * 8);  // a cache line per thread
+  std::vector<double> ratios;
+  for (auto _ : state) {
+    auto start = std::chrono::steady_clock::now();
+    pool.ParallelFor(n_chunks, [&](int64_t c, int thread) {
+      sums[8 * thread] += read_sum(words + c * kChunkWords, kChunkWords);
+    });
+    const double read_s = Seconds(start);
+    start = std::chrono::steady_clock::now();
+    for (int64_t m0 = 0; m0 < kRows; m0 += rows) {
+      MatMul(t, d.w.data() + m0 * row_bytes, rows, kIn, x.data(), 1, y.data() + m0, &pool,
+             d.layout);
     }
+    const double matmul_s = Seconds(start);
+    state.SetIterationTime(matmul_s);
+    ratios.push_back(read_s / matmul_s);
+    benchmark::ClobberMemory();
   }
+  benchmark::DoNotOptimize(sums.data());
+  std::sort(ratios.begin(), ratios.end());
+  state.counters["of_read"] = ratios.empty() ? 0 : ratios[ratios.size() / 2];
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(row_bytes * kRows));
+  state.SetLabel(Label(t) + (d.layout == WeightLayout::kInterleaved16 ? " interleaved" : ""));
+}
+
+// The same kernels on one thread over 256 rows of 2048 in the model's layout, again and
+// again, so the weights (F16 1 MiB, Q8_0 544 KiB, Q4_0 288 KiB) stay in the L2: the rate
+// one core computes at, which decode needs to exceed each core's share of the bandwidth.
+void BM_DecodeResident(benchmark::State& state) {
+  const auto t = static_cast<DType>(state.range(0));
+  constexpr int64_t kIn = 2048, kRows = 256;
+  ThreadPool pool(1);
+  const DecodeWeights d = DecodeMatrices(t, kRows, kRows);
   const std::vector<float> x = RandomFloats(kIn);
   std::vector<float> y(kRows);
   for (auto _ : state) {
-    for (int64_t m0 = 0; m0 < kRows; m0 += rows) {
-      MatMul(t, w.data() + m0 * row_bytes, rows, kIn, x.data(), 1, y.data() + m0, &pool, layout);
-    }
+    MatMul(t, d.w.data(), kRows, kIn, x.data(), 1, y.data(), &pool, d.layout);
     benchmark::ClobberMemory();
   }
-  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(row_bytes * kRows));
-  state.SetLabel(Label(t) + (layout == WeightLayout::kInterleaved16 ? " interleaved" : ""));
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(RowBytes(t, kIn) * kRows));
+  state.SetLabel(Label(t) + (d.layout == WeightLayout::kInterleaved16 ? " interleaved" : ""));
 }
 
 // A cache of `layers` x `heads` KV heads of 64 dimensions in 16-slot blocks, holding one
@@ -232,9 +289,11 @@ BENCHMARK(BM_MatMul)
 
 BENCHMARK(BM_DecodeStream)
     ->ArgNames({"dtype", "rows"})
-    ->ArgsProduct({{kQ8_0, kQ4_0}, {256, 2048, 262144}})
-    ->UseRealTime()
+    ->ArgsProduct({{kF16, kQ8_0, kQ4_0}, {256, 2048, 262144}})
+    ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
+
+BENCHMARK(BM_DecodeResident)->ArgNames({"dtype"})->Args({kF16})->Args({kQ8_0})->Args({kQ4_0});
 
 BENCHMARK(BM_Attention)
     ->ArgNames({"kv", "depth", "layers"})
