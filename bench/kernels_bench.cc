@@ -131,12 +131,12 @@ void BM_DecodeStream(benchmark::State& state) {
   constexpr int64_t kChunkWords = (1 << 20) / 8;
   const auto* words = reinterpret_cast<const uint64_t*>(d.w.data());
   const int64_t n_chunks = static_cast<int64_t>(row_bytes * kRows / 8) / kChunkWords;
-  std::vector<uint64_t> sums(2 * 8);  // a cache line per thread
+  alignas(64) uint64_t sums[2][8] = {};  // a cache line per thread
   std::vector<double> ratios;
   for (auto _ : state) {
     auto start = std::chrono::steady_clock::now();
     pool.ParallelFor(n_chunks, [&](int64_t c, int thread) {
-      sums[8 * thread] += read_sum(words + c * kChunkWords, kChunkWords);
+      sums[thread][0] += read_sum(words + c * kChunkWords, kChunkWords);
     });
     const double read_s = Seconds(start);
     start = std::chrono::steady_clock::now();
@@ -149,7 +149,7 @@ void BM_DecodeStream(benchmark::State& state) {
     ratios.push_back(read_s / matmul_s);
     benchmark::ClobberMemory();
   }
-  benchmark::DoNotOptimize(sums.data());
+  benchmark::DoNotOptimize(sums);
   std::sort(ratios.begin(), ratios.end());
   state.counters["of_read"] = ratios.empty() ? 0 : ratios[ratios.size() / 2];
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(row_bytes * kRows));

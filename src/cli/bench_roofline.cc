@@ -70,7 +70,7 @@ TokenCosts ComputeTokenCosts(const Model& model, const KVLayout& layout, int32_t
   (UsesQ8Activations(w.output.type) ? t.output_int8_ops : t.output_flops) += ops(w.output);
   t.attention_flops_per_pair = 4.0 * c.n_layer * c.n_head * c.head_dim;
   t.attention_int8_share = AttentionQuantizesQuery(layout.k_format()) ? 0.5 : 0.0;
-  t.attention_int16_share = layout.v_format().row_type() == DType::kQ8_0 ? 0.5 : 0.0;
+  t.attention_int16_share = AttentionWeighsVInIntegers(layout.v_format()) ? 0.5 : 0.0;
   return t;
 }
 

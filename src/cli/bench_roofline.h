@@ -38,7 +38,7 @@ struct TokenCosts {
   // scored in integers (AttentionQuantizesQuery), else 0.
   double attention_int8_share = 0;
   // The share done as 16-bit multiply-adds: the weighted sum of v (half) where the cache's V
-  // is q8_0 (summed in integers, kernels.h), else 0. They run at half the 8-bit dot peak:
+  // is summed in integers (AttentionWeighsVInIntegers), else 0. They run at half the 8-bit dot peak:
   // vpdpwssd does 32 products where vpdpbusd does 64.
   double attention_int16_share = 0;
 

@@ -324,6 +324,10 @@ bool AttentionQuantizesQuery(KVFormat k_format) {
   return k_format.dimension_major(KVRole::kK) && k_format.row_type() == DType::kQ8_0;
 }
 
+bool AttentionWeighsVInIntegers(KVFormat v_format) {
+  return !v_format.is_kivi() && v_format.row_type() == DType::kQ8_0;
+}
+
 int64_t AttentionScratchFloats(const KVLayout& layout, int32_t n_group) {
   return ScratchFloats(n_group, layout.block_size(), layout.shape().head_dim);
 }

@@ -53,6 +53,9 @@ struct AttentionArgs {
 // Whether the query is quantized to 8 bits to meet this K format, so that q.k is summed in
 // integers (a dimension-major q8_0 K).
 bool AttentionQuantizesQuery(KVFormat k_format);
+// Whether V's weighted sum runs in integers for this V format (a q8_0 V read in place:
+// kernels.h, weighted_rows).
+bool AttentionWeighsVInIntegers(KVFormat v_format);
 
 // Number of floats of scratch AttendGroup needs.
 int64_t AttentionScratchFloats(const KVLayout& layout, int32_t n_group);

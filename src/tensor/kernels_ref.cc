@@ -82,7 +82,7 @@ void WeightedRowsQ8(const float* p, int64_t p_stride, int64_t n_g, const void* v
       float dmax = 0.0f;
       for (int64_t j = r0; j < end; ++j) dmax = std::max(dmax, std::fabs(F16ToF32(block(j, b)->d)));
       if (dmax == 0.0f) continue;  // every weight is 0: y stays
-      const float to_int = 32767.0f / dmax;
+      const float to_int = 32767.0f / dmax, unscale = dmax / 32767.0f;
       for (int64_t g = 0; g < n_g; ++g) {
         int32_t sum[kQK] = {};
         for (int64_t j = r0; j < end; ++j) {
@@ -91,7 +91,6 @@ void WeightedRowsQ8(const float* p, int64_t p_stride, int64_t n_g, const void* v
           const auto w = static_cast<int32_t>(std::nearbyint(t));
           for (int i = 0; i < kQK; ++i) sum[i] += w * block(j, b)->qs[i];
         }
-        const float unscale = dmax / 32767.0f;
         float* out = y + g * d + b * kQK;
         for (int i = 0; i < kQK; ++i) {
           out[i] = std::fma(static_cast<float>(sum[i]), unscale, out[i]);
