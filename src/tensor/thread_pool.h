@@ -23,7 +23,9 @@ class ThreadPool {
 
   int size() const;
   // Runs fn(task, thread) for task in [0, n_tasks); thread in [0, size()) identifies the worker
-  // (for per-thread scratch). Tasks are handed out dynamically, a share of those left per claim.
+  // (for per-thread scratch). Each thread starts on its own contiguous share of the tasks,
+  // in order, and then takes the back half of the largest share left, so tasks next to each
+  // other mostly run on one thread, one after another.
   void ParallelFor(int64_t n_tasks, const std::function<void(int64_t task, int thread)>& fn);
 
  private:

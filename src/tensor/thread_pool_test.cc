@@ -35,6 +35,47 @@ TEST(ThreadPoolTest, EveryTaskRunsExactlyOnceOnAValidThread) {
   }
 }
 
+TEST(ThreadPoolTest, TasksRunOnceWhileThreadsTakeFromEachOthersShares) {
+  // More threads than CPUs and uneven tasks: shares run out at different times, and threads
+  // that wake late find theirs taken, call after call.
+  ThreadPool pool(5);
+  for (int call = 0; call < 2000; ++call) {
+    const int64_t n_tasks = call % 37 + 2;
+    std::vector<std::atomic<int>> runs(n_tasks);
+    pool.ParallelFor(n_tasks, [&](int64_t task, int) {
+      if (task % 7 == 0) std::this_thread::yield();
+      runs[task].fetch_add(1, std::memory_order_relaxed);
+    });
+    for (int64_t t = 0; t < n_tasks; ++t) ASSERT_EQ(runs[t].load(), 1) << "call " << call;
+  }
+}
+
+TEST(ThreadPoolTest, ASlowThreadsShareIsTakenByTheOthers) {
+  // Thread 0's first task blocks until some other thread has run a task of thread 0's share
+  // (the first half): only taking from another's share gets there.
+  ThreadPool pool(2);
+  std::atomic<bool> taken{false};
+  pool.ParallelFor(8, [&](int64_t task, int thread) {
+    if (thread != 0 && task < 4) taken = true;
+    if (thread == 0 && task == 0) {
+      for (int i = 0; i < 20000 && !taken; ++i) {
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
+    }
+  });
+  EXPECT_TRUE(taken.load());
+}
+
+TEST(ThreadPoolTest, MoreTasksThanAShareHoldsRunInBatches) {
+  ThreadPool pool(2);
+  constexpr int64_t kTasks = (int64_t{1} << 22) + 5;  // past a share's 22-bit task numbers
+  std::vector<uint8_t> runs(kTasks);
+  pool.ParallelFor(kTasks, [&](int64_t task, int) { ++runs[task]; });
+  int64_t once = 0;
+  for (uint8_t r : runs) once += r == 1;
+  EXPECT_EQ(once, kTasks);
+}
+
 TEST(ThreadPoolTest, ZeroTasksRunsNothing) {
   ThreadPool pool(3);
   int calls = 0;
