@@ -78,16 +78,15 @@ struct ThreadPool::Impl {
 
   // Runs the tasks of the thread's own share front to back, a few at a time, then takes the
   // back half of the largest share left and makes it its own, until every share is empty.
-  // Contiguous shares keep each thread's reads of a decode matmul one stream: claims of
-  // tasks scattered through the matrix restarted the hardware prefetcher at every claim
-  // (Q4_0 decode through 2,048-row matrices ran at 0.59 of the read loop's rate with shared
-  // guided claims, at 0.71-0.78 with claims twice as large). Taking from others' shares keeps
-  // the threads finishing together when one of them is slowed by other processes.
+  // Contiguous shares keep each thread's reads of a decode matmul one stream, where claims
+  // scattered through the matrix restarted the hardware prefetcher at every claim
+  // (docs/performance.md); taking from others' shares keeps the threads finishing together
+  // when one of them is slowed by other processes.
   void RunTasks(int thread) {
     std::atomic<uint64_t>& own = shares[thread].word;
     for (;;) {
       uint64_t word = own.load();
-      Range r = Unpack(word);
+      const Range r = Unpack(word);
       if (r.begin == r.end) {
         if (!Steal(thread, r.job)) return;
         continue;
@@ -110,20 +109,19 @@ struct ThreadPool::Impl {
     for (;;) {
       int victim = -1;
       uint64_t victim_word = 0;
-      int64_t most = 0;
+      Range r{job_now, 0, 0};  // the victim's share
       for (int t = 0; t < size; ++t) {
         if (t == thread) continue;
         const uint64_t w = shares[t].word.load();
-        const Range r = Unpack(w);
-        if (r.job == job_now && r.end - r.begin > most) {
-          most = r.end - r.begin;
+        const Range share = Unpack(w);
+        if (share.job == job_now && share.end - share.begin > r.end - r.begin) {
           victim = t;
           victim_word = w;
+          r = share;
         }
       }
       if (victim < 0) return false;
-      const Range r = Unpack(victim_word);
-      const int64_t split = r.end - (most + 1) / 2;
+      const int64_t split = r.end - (r.end - r.begin + 1) / 2;
       if (!shares[victim].word.compare_exchange_weak(victim_word, Pack(r.job, r.begin, split))) {
         continue;
       }
