@@ -794,15 +794,28 @@ void ActTileRows(const ActTileArgs& a, int64_t r0) {
 }
 
 // R float-type rows against one x, for decode, as kernels_avx512.cc's RowsTile: R sums in
-// flight and each x vector loaded once for all R.
+// flight, each x vector loaded once for all R, and each 64-byte line asks the L2 for the same
+// line of the next tile's rows.
 template <class Src, int R>
 void RowsTile(const RowsArgs& a, int64_t r0) {
   using Elem = typename Src::Elem;
+  constexpr int64_t kLine = 64 / sizeof(Elem);  // elements in one 64-byte line
+  static_assert(kLine % 8 == 0);
   const Elem* w[R];
   for (int r = 0; r < R; ++r) w[r] = reinterpret_cast<const Elem*>(a.w + (r0 + r) * a.row_bytes);
+  const int64_t next_tile = R * static_cast<int64_t>(a.row_bytes);
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   int64_t i = 0;
+  for (; i + kLine <= a.n; i += kLine) {
+    for (int r = 0; r < R; ++r) {
+      _mm_prefetch(reinterpret_cast<const char*>(w[r] + i) + next_tile, _MM_HINT_T1);
+    }
+    for (int64_t j = i; j < i + kLine; j += 8) {
+      const __m256 xv = _mm256_loadu_ps(a.x + j);
+      for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(Src::Load(w[r] + j), xv, acc[r]);
+    }
+  }
   for (; i + 8 <= a.n; i += 8) {
     const __m256 xv = _mm256_loadu_ps(a.x + i);
     for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(Src::Load(w[r] + i), xv, acc[r]);

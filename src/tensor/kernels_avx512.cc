@@ -1083,17 +1083,30 @@ void DotTile(const TileArgs& a) {
 
 // R float-type rows against one x, for decode: R sums in flight (8 cover the FMA latency at
 // two FMAs a cycle) and each x vector loaded once for all R, where a dot per row keeps four
-// and pays a horizontal sum per row. No software prefetch: the next tile's lines (4 KiB
-// apart, like these) asked into the L1 evicted the ones in use, and into the L2 gained
-// nothing measurable (docs/performance.md).
+// and pays a horizontal sum per row. Each 64-byte line of the R rows asks the L2 for the same
+// line of the next tile's rows (R rows further): R rows at a 4 KiB stride are R short streams
+// that the hardware prefetchers pick up late at every tile. Into the L1 the request evicts
+// lines still in use (docs/performance.md).
 template <class Src, int R>
 void RowsTile(const RowsArgs& a, int64_t r0) {
   using Elem = typename Src::Elem;
+  constexpr int64_t kLine = 64 / sizeof(Elem);  // elements in one 64-byte line
+  static_assert(kLine % 16 == 0);
   const Elem* w[R];
   for (int r = 0; r < R; ++r) w[r] = reinterpret_cast<const Elem*>(a.w + (r0 + r) * a.row_bytes);
+  const int64_t next_tile = R * static_cast<int64_t>(a.row_bytes);
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   int64_t i = 0;
+  for (; i + kLine <= a.n; i += kLine) {
+    for (int r = 0; r < R; ++r) {
+      _mm_prefetch(reinterpret_cast<const char*>(w[r] + i) + next_tile, _MM_HINT_T1);
+    }
+    for (int64_t j = i; j < i + kLine; j += 16) {
+      const __m512 xv = _mm512_loadu_ps(a.x + j);
+      for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(Src::Load(w[r] + j), xv, acc[r]);
+    }
+  }
   for (; i + 16 <= a.n; i += 16) {
     const __m512 xv = _mm512_loadu_ps(a.x + i);
     for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(Src::Load(w[r] + i), xv, acc[r]);

@@ -848,10 +848,11 @@ TEST(MatMulTest, WithoutPool) {
   }
 }
 
+// 57 = one 64-byte line of f16 (32), one 16-wide vector and a tail of 9 in the decode tiles.
 TEST(MatMulTest, FloatWeightsAtWidthsOffTheVector) {
   ThreadPool pool(2);
   for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
-    for (int64_t n_in : {1, 7, 9, 33}) {
+    for (int64_t n_in : {1, 7, 9, 33, 57}) {
       for (int64_t n_tok : {1, 2, 5}) ExpectMatMulMatches(t, 21, n_in, n_tok, &pool);
     }
   }
