@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 
 #include <ctime>
+#include <thread>
 
 #include <httplib.h>
 
@@ -82,9 +83,19 @@ Status Server::Bind() {
   return Status::Ok();
 }
 
-void Server::Serve() { http_->listen_after_bind(); }
+void Server::Serve() {
+  if (!stop_requested_) http_->listen_after_bind();
+  served_ = true;
+}
 
-void Server::Stop() { http_->stop(); }
+void Server::Stop() {
+  stop_requested_ = true;
+  // httplib's stop() does nothing until its listen loop has started: a signal between Bind()
+  // and that moment would be lost and Serve() would never return. So wait for the loop, unless
+  // Serve() saw the request first and returned.
+  while (!http_->is_running() && !served_) std::this_thread::sleep_for(1ms);
+  if (!served_) http_->stop();
+}
 
 bool Server::Authorized(const std::string& header) const {
   if (options_.api_key.empty()) return true;

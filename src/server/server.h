@@ -44,8 +44,10 @@ class Server {
   // Binds the address; the port it got is port().
   Status Bind();
   int port() const { return port_; }
-  // Serves until Stop() (from any thread).
+  // Serves until Stop() (from any thread); returns at once if Stop() came first.
   void Serve();
+  // Ends Serve(), whether its listen loop runs already or is about to start: call it only once
+  // Serve() has been or will be called (it waits for the loop to start or Serve() to return).
   void Stop();
 
  private:
@@ -62,6 +64,8 @@ class Server {
   int port_ = 0;
   int listen_fd_ = -1;
   std::atomic<int64_t> next_id_{0};
+  std::atomic<bool> stop_requested_{false};
+  std::atomic<bool> served_{false};
 };
 
 }  // namespace kvllm::server
