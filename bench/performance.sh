@@ -67,9 +67,10 @@ p(f"Measured {datetime.date.today()} with {first['threads']} threads ({roof['sim
   f"{roof['read_bytes_per_s'] / 1e9:.1f} GB/s, FMA peak {roof['fma_flops_per_s'] / 1e9:.1f} "
   f"GFLOP/s, 8-bit dot peak {roof['int8_ops_per_s'] / 1e9:.0f} GOP/s, "
   f"kvllm f32 matmul (L2-resident) {roof['matmul_f32_flops_per_s'] / 1e9:.1f} GFLOP/s. "
-  "Each run measures its own roofline and its limits use it (the ceiling column); a decode "
-  "row's bandwidth is the median of those measured just before each of its runs, and its "
-  "limit and % of limit the medians of each run's own.")
+  "Each run measures its own roofline, and its prefill limits use it; each decode step is "
+  "judged against one pass of the read loop just before it (the ceiling column: the median "
+  "over a row's runs of each run's bytes over seconds of those passes), and a row's limit and "
+  "% of limit are the medians of each run's own.")
 p("")
 p("### Prefill and generation")
 p("")

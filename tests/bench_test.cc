@@ -63,25 +63,43 @@ TEST(BenchTest, JsonHasTheRooflineAndEachRowsFractionOfItsLimit) {
               roof["fma_flops_per_s"].get<double>() / pp["flops_per_token"].get<double>(),
               1e-9 * pp["limit_tokens_per_s"].get<double>());
   EXPECT_GT(tg["bytes_per_token"].get<double>(), 0);
-  // A decode row's limit (one run, -r 1): the weights at the bandwidth measured just before
-  // it, then attention, bound by the larger of reading the cache and its arithmetic (an f16
-  // cache: every FLOP at the FMA peak).
+  // A decode step's limit: the weights at the bandwidth probed just before it, then attention,
+  // bound by the larger of reading the cache and its arithmetic (an f16 cache: every FLOP at
+  // the FMA peak). A run's limit is its steps over the sum of theirs, its fraction that sum
+  // over the steps' seconds, its bandwidth the probes' bytes over their seconds. One run
+  // (-r 1): the row's figures are that run's. Step i attends over context0 + i tokens.
   const double weights = j["weight_bytes_per_token"], kv = j["kv_bytes_per_token"];
   const double attention = j["attention_flops_per_token"];
   EXPECT_GT(attention, 0);
   EXPECT_EQ(j["attention_int8_share"].get<double>(), 0);
   EXPECT_EQ(j["attention_int16_share"].get<double>(), 0);
   const double fma = roof["fma_flops_per_s"];
-  auto expect_limit = [&](const nlohmann::json& row, const char* key) {
-    const double bw = row["read_bytes_per_s"];
-    EXPECT_GE(bw, 0.5e9);
-    const double context = (row["bytes_per_token"].get<double>() - weights) / kv;
-    const double seconds = weights / bw + std::max(kv * context / bw, attention * context / fma);
-    EXPECT_NEAR(row[key].get<double>(), 1 / seconds, 1e-6 / seconds) << row.dump();
+  // The step seconds of the row's run, after checking its limit against them.
+  auto expect_limit = [&](const nlohmann::json& row, const char* limit_key,
+                          const char* fraction_key, double context0) {
+    double seconds = 0, limit_seconds = 0, inverse_bandwidth = 0;
+    EXPECT_EQ(row["runs"].size(), 1u) << row.dump();
+    const nlohmann::json& steps = row["runs"][0]["step_seconds"];
+    const nlohmann::json& bandwidths = row["runs"][0]["step_read_bytes_per_s"];
+    EXPECT_EQ(steps.size(), bandwidths.size());
+    for (size_t i = 0; i < steps.size() && i < bandwidths.size(); ++i) {
+      const double bw = bandwidths[i], context = context0 + static_cast<double>(i);
+      EXPECT_GE(bw, 0.5e9);
+      seconds += steps[i].get<double>();
+      limit_seconds += weights / bw + std::max(kv * context / bw, attention * context / fma);
+      inverse_bandwidth += 1 / bw;
+    }
+    const double n = static_cast<double>(steps.size());
+    EXPECT_NEAR(row[limit_key].get<double>(), n / limit_seconds, 1e-6 * n / limit_seconds);
+    EXPECT_NEAR(row[fraction_key].get<double>(), limit_seconds / seconds,
+                1e-6 * limit_seconds / seconds);
+    EXPECT_NEAR(row["read_bytes_per_s"].get<double>(), n / inverse_bandwidth,
+                1e-6 * n / inverse_bandwidth);
+    return seconds;
   };
-  expect_limit(tg, "limit_tokens_per_s");
-  EXPECT_NEAR(tg["fraction_of_limit"].get<double>(),
-              tg["tokens_per_s"].get<double>() / tg["limit_tokens_per_s"].get<double>(), 1e-9);
+  ASSERT_EQ(tg["runs"][0]["step_seconds"].size(), 8u);  // every token of -n 8 a timed step
+  const double tg_seconds = expect_limit(tg, "limit_tokens_per_s", "fraction_of_limit", 1);
+  EXPECT_NEAR(tg["tokens_per_s"].get<double>(), 8 / tg_seconds, 1e-6 * 8 / tg_seconds);
   for (const nlohmann::json* row : {&pp, &tg}) {
     EXPECT_GT((*row)["limit_tokens_per_s"].get<double>(), 0);
     ExpectFraction(*row, "fraction_of_limit");
@@ -92,7 +110,13 @@ TEST(BenchTest, JsonHasTheRooflineAndEachRowsFractionOfItsLimit) {
             j["depth"][0]["bytes_per_token"].get<double>());
   for (const nlohmann::json& row : j["depth"]) {
     ExpectFraction(row, "cached_fraction_of_limit");
-    expect_limit(row, "cached_limit_tokens_per_s");
+    // --depth-steps 2: the steps after the prompt's, the first attending over depth + 1.
+    ASSERT_EQ(row["runs"][0]["step_seconds"].size(), 2u);
+    const double seconds = expect_limit(row, "cached_limit_tokens_per_s",
+                                        "cached_fraction_of_limit",
+                                        row["depth"].get<double>() + 1);
+    EXPECT_NEAR(row["cached_ms_per_token"].get<double>(), 1000 * seconds / 2,
+                1e-6 * 1000 * seconds);
   }
 }
 

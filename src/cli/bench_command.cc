@@ -4,9 +4,11 @@
 // and the command that produced it. Unless --no-roofline, each row also gets the roofline
 // limit of the machine it runs on (bench_roofline.h) and the fraction of it reached.
 #include <algorithm>
-#include <optional>
+#include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <memory>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -62,6 +64,35 @@ SequenceTimings RunOnce(Engine& engine, std::vector<int32_t> prompt, int32_t n_g
   SequenceTimings t = engine.Get(id).timings;
   engine.Release(id);
   return t;
+}
+
+// One request to completion, timing each step that samples a token (a prompt too long for
+// one step takes several before its first), with the read bandwidth probed just before each
+// step when `probe` is given (0 otherwise).
+struct TimedStep {
+  double seconds = 0;
+  double bandwidth = 0;
+};
+std::vector<TimedStep> RunTimed(Engine& engine, std::vector<int32_t> prompt, int32_t n_gen,
+                                ReadProbe* probe) {
+  Request req;
+  req.prompt = std::move(prompt);
+  req.params.max_tokens = n_gen;
+  req.params.sampling.temperature = 0;  // greedy: no sampling cost worth measuring
+  SeqId id = engine.Add(std::move(req)).value();
+  std::vector<TokenEvent> events;
+  std::vector<TimedStep> steps;
+  while (engine.HasUnfinished()) {
+    events.clear();
+    TimedStep step;
+    if (probe != nullptr) step.bandwidth = probe->Pass();
+    const auto t0 = std::chrono::steady_clock::now();
+    engine.Step(&events);
+    step.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!events.empty()) steps.push_back(step);
+  }
+  engine.Release(id);
+  return steps;
 }
 
 std::string CommandLine(const BenchFlags& f) {
@@ -149,29 +180,54 @@ int Bench(BenchFlags f) {
       roof ? 1 / costs.PrefillSecondsPerToken(f.n_prompt, roof->fma_flops_per_s,
                                               roof->int8_ops_per_s)
            : 0;
-  // The read bandwidth of a shared machine drifts by a third within minutes (other tenants'
-  // memory traffic), and a decode run is bound by the bandwidth of its own minute: each tg and
-  // depth run is judged against the bandwidth measured just before it (best of 2 passes).
-  auto bandwidth_now = [&]() {
-    if (!roof) return 0.0;
-    ThreadPool pool(f.engine.threads);
-    return MeasureReadBandwidth(pool, roof->buffer_bytes, 2);
-  };
+  // The read bandwidth of a shared machine changes between fast and slow spells of a fraction
+  // of a second (other tenants' memory traffic), and a decode step is bound by the bandwidth
+  // of its own spell: before every step of a tg or depth run, one pass of the read loop over
+  // 256 MiB (past the L3 a core reaches on current CPUs; 5-10 ms here), or the roofline's
+  // buffer if smaller, with the engine's thread count, and each step is judged against it. A
+  // best-of figure taken once before a run (as the roofline's) finds a fast spell more often
+  // than the run's steps do.
+  std::unique_ptr<ThreadPool> probe_pool;
+  std::unique_ptr<ReadProbe> probe;
+  if (roof) {
+    probe_pool = std::make_unique<ThreadPool>(f.engine.threads);
+    probe = std::make_unique<ReadProbe>(*probe_pool,
+                                        std::min(int64_t{256} << 20, roof->buffer_bytes));
+  }
 
   // Warm-up: touches the weights and the pool's threads once.
   RunOnce(**cached, RandomPrompt(std::min(f.n_prompt, 64), c.n_vocab, 0), 4);
 
-  // Per decode run: its bandwidth, limit and fraction of it. The limit of a step attending
-  // over `context` tokens: its bytes at the run's bandwidth, plus attention's arithmetic where
-  // that outlasts the cache's bytes (TokenCosts::DecodeSeconds).
+  // Per decode run: its bandwidth (bytes over seconds of its probes), limit and fraction of
+  // it. The limit of a step attending over `context` tokens: its bytes at the bandwidth probed
+  // just before it, plus attention's arithmetic where that outlasts the cache's bytes
+  // (TokenCosts::DecodeSeconds); a run's limit time is the sum over its steps, its fraction
+  // that sum over the steps' seconds.
   struct Judged {
     std::vector<double> bandwidth, limit, fraction;
+    std::vector<std::vector<TimedStep>> runs;  // each run's timed steps, for --json
   };
-  auto judge = [&](Judged& j, double bw, double context, double tokens_per_s) {
-    j.bandwidth.push_back(bw);
-    j.limit.push_back(
-        1 / costs.DecodeSeconds(context, bw, roof->fma_flops_per_s, roof->int8_ops_per_s));
-    j.fraction.push_back(tokens_per_s / j.limit.back());
+  // steps[first..] are the timed ones; step first + i attends over context0 + i tokens.
+  auto judge = [&](Judged& j, const std::vector<TimedStep>& steps, size_t first,
+                   double context0) {
+    double seconds = 0, limit_seconds = 0, probe_seconds = 0;
+    for (size_t i = first; i < steps.size(); ++i) {
+      const double bw = steps[i].bandwidth;
+      seconds += steps[i].seconds;
+      limit_seconds += costs.DecodeSeconds(context0 + static_cast<double>(i - first), bw,
+                                           roof->fma_flops_per_s, roof->int8_ops_per_s);
+      probe_seconds += bw > 0 ? static_cast<double>(probe->bytes()) / bw : 0;
+    }
+    const double n = static_cast<double>(steps.size() - first);
+    j.bandwidth.push_back(n * static_cast<double>(probe->bytes()) / probe_seconds);
+    j.limit.push_back(n / limit_seconds);
+    j.fraction.push_back(limit_seconds / seconds);
+    j.runs.emplace_back(steps.begin() + static_cast<std::ptrdiff_t>(first), steps.end());
+  };
+  auto step_seconds = [](const std::vector<TimedStep>& steps, size_t first) {
+    double s = 0;
+    for (size_t i = first; i < steps.size(); ++i) s += steps[i].seconds;
+    return s;
   };
   std::vector<double> pp, tg;
   Judged tg_judged;
@@ -179,11 +235,12 @@ int Bench(BenchFlags f) {
     std::fprintf(stderr, "bench: pp%d run %d/%d\n", f.n_prompt, r + 1, f.repetitions);
     SequenceTimings t = RunOnce(**cached, RandomPrompt(f.n_prompt, c.n_vocab, 1 + r), 1);
     pp.push_back(f.n_prompt * 1000.0 / t.prefill_ms);
-    const double bw = bandwidth_now();
     std::fprintf(stderr, "bench: tg%d run %d/%d\n", f.n_gen, r + 1, f.repetitions);
-    t = RunOnce(**cached, RandomPrompt(1, c.n_vocab, 100 + r), f.n_gen);
-    tg.push_back(f.n_gen * 1000.0 / (t.prefill_ms + t.decode_ms));
-    if (roof) judge(tg_judged, bw, tg_context, tg.back());
+    // Each step samples one token: the first prefills the one-token prompt, as a decode step.
+    const std::vector<TimedStep> steps =
+        RunTimed(**cached, RandomPrompt(1, c.n_vocab, 100 + r), f.n_gen, probe.get());
+    tg.push_back(static_cast<double>(steps.size()) / step_seconds(steps, 0));
+    if (roof) judge(tg_judged, steps, 0, 1);
   }
   const Spread pps = Summarize(pp), tgs = Summarize(tg);
   const double tg_limit = roof ? Summarize(tg_judged.limit).median : 0;
@@ -212,14 +269,14 @@ int Bench(BenchFlags f) {
     for (int32_t i : order) {
       const int32_t d = f.depths[i];
       std::fprintf(stderr, "bench: depth %d run %d/%d\n", d, r + 1, f.repetitions);
-      // Measured before the run, whose prefill of d tokens takes seconds before its timed
-      // steps.
-      const double bw = bandwidth_now();
-      SequenceTimings t = RunOnce(**cached, RandomPrompt(d, c.n_vocab, 200 + r), 1 + f.depth_steps);
-      with[i].push_back(t.decode_ms / t.decode_steps);
-      if (roof) judge(judged[i], bw, depth_context(d), 1000.0 / with[i].back());
+      // The first timed step is the one after the prompt's (which sampled the first token).
+      const std::vector<TimedStep> steps = RunTimed(
+          **cached, RandomPrompt(d, c.n_vocab, 200 + r), 1 + f.depth_steps, probe.get());
+      with[i].push_back(1000.0 * step_seconds(steps, 1) / static_cast<double>(steps.size() - 1));
+      if (roof) judge(judged[i], steps, 1, d + 1.0);
       if (f.cache_only) continue;
-      t = RunOnce(**nocache, RandomPrompt(d, c.n_vocab, 200 + r), 1 + f.depth_steps);
+      const SequenceTimings t =
+          RunOnce(**nocache, RandomPrompt(d, c.n_vocab, 200 + r), 1 + f.depth_steps);
       without[i].push_back(t.decode_ms / t.decode_steps);
     }
   }
@@ -265,6 +322,19 @@ int Bench(BenchFlags f) {
                        {"threads", roof->threads},
                        {"simd", SimdLevelName(roof->level)}};
     }
+    // Each run's steps: the seconds of each and the read bandwidth probed just before it.
+    auto runs_json = [](const Judged& judged) {
+      nlohmann::json runs = nlohmann::json::array();
+      for (const std::vector<TimedStep>& steps : judged.runs) {
+        nlohmann::json seconds = nlohmann::json::array(), bandwidth = nlohmann::json::array();
+        for (const TimedStep& step : steps) {
+          seconds.push_back(step.seconds);
+          bandwidth.push_back(step.bandwidth);
+        }
+        runs.push_back({{"step_seconds", seconds}, {"step_read_bytes_per_s", bandwidth}});
+      }
+      return runs;
+    };
     auto row = [&roof](const std::string& test, const Spread& s, double limit, double fraction) {
       nlohmann::json r{{"test", test}, {"tokens_per_s", s.median}, {"min", s.min}, {"max", s.max}};
       if (roof) {
@@ -279,10 +349,14 @@ int Bench(BenchFlags f) {
     pp_row["int8_ops_per_token"] = costs.PrefillInt8OpsPerToken(f.n_prompt);
     nlohmann::json tg_row = row("tg" + std::to_string(f.n_gen), tgs, tg_limit, tg_fraction);
     tg_row["bytes_per_token"] = tg_bytes;
-    // Medians over the runs, each run's own bandwidth (the limit and fraction likewise).
-    if (roof) tg_row["read_bytes_per_s"] = Summarize(tg_judged.bandwidth).median;
+    // Medians over the runs of each run's bandwidth, limit and fraction (judge).
+    if (roof) {
+      tg_row["read_bytes_per_s"] = Summarize(tg_judged.bandwidth).median;
+      tg_row["runs"] = runs_json(tg_judged);
+    }
     j["rows"] = {pp_row, tg_row};
-    for (const DepthRow& r : depth_rows) {
+    for (size_t i = 0; i < depth_rows.size(); ++i) {
+      const DepthRow& r = depth_rows[i];
       nlohmann::json row{{"depth", r.depth}, {"cached_ms_per_token", r.cached.median},
                          {"cached_tokens_per_s", 1000.0 / r.cached.median},
                          {"cached_vs_first_depth", r.vs_first},
@@ -291,6 +365,7 @@ int Bench(BenchFlags f) {
         row["read_bytes_per_s"] = r.bandwidth;
         row["cached_limit_tokens_per_s"] = r.limit;
         row["cached_fraction_of_limit"] = r.fraction;
+        row["runs"] = runs_json(judged[i]);
       }
       if (!f.cache_only) {
         row["nocache_ms_per_token"] = r.nocache.median;
@@ -318,14 +393,16 @@ int Bench(BenchFlags f) {
                 roof->matmul_flops_per_s / 1e9);
     std::printf("limits: decode = 1 / (%s of weights / bandwidth + max(%s of KV per cached "
                 "token x context / bandwidth, %.2f MFLOP of attention per cached token x "
-                "context at the peaks%s%s)), with the bandwidth measured before each run, median "
-                "over the runs (as the %% of limit); prefill = 1 / (float FLOPs per prompt "
+                "context at the peaks%s%s)), each decode step at the bandwidth of one pass of "
+                "the read loop over %s just before it, a run's limit the sum over its steps, "
+                "median over the runs (as the %% of limit); prefill = 1 / (float FLOPs per prompt "
                 "token / FMA peak + 8-bit ops of Q8_0/Q4_0 matrices / 8-bit dot peak)\n\n",
                 FormatBytes(costs.weight_bytes).c_str(),
                 FormatBytes(costs.kv_bytes_per_token).c_str(),
                 costs.attention_flops_per_pair / 1e6,
                 costs.attention_int8_share > 0 ? ", q.k as 8-bit ops" : "",
-                costs.attention_int16_share > 0 ? ", v's weighted sum as 16-bit ops" : "");
+                costs.attention_int16_share > 0 ? ", v's weighted sum as 16-bit ops" : "",
+                FormatBytes(static_cast<double>(probe->bytes())).c_str());
     std::printf("| test   | tokens/s (median of %d) |      min |      max | limit tokens/s | "
                 "%% of limit |\n", f.repetitions);
     std::printf("|--------|------------------------:|---------:|---------:|---------------:|"

@@ -92,31 +92,43 @@ int64_t DefaultRooflineBufferBytes() {
   return (bytes + kChunkBytes - 1) / kChunkBytes * kChunkBytes;
 }
 
-double MeasureReadBandwidth(ThreadPool& pool, int64_t buffer_bytes, int32_t passes) {
-  const int64_t n_chunks = std::max<int64_t>(1, buffer_bytes / kChunkBytes);
-  const int64_t n_words = n_chunks * kChunkWords;
+ReadProbe::ReadProbe(ThreadPool& pool, int64_t buffer_bytes)
+    : pool_(pool), n_chunks_(std::max<int64_t>(1, buffer_bytes / kChunkBytes)) {
   // [n_chunks][kChunkWords] words in transparent huge pages, as the engine's streamed data
   // (weights read with --no-mmap, the KV pool): 4 KiB pages cost a TLB miss and a restart of
   // the hardware prefetcher every 4 KiB, and made this figure swing between 40 and 63 GB/s
   // from run to run on a machine whose decode did not move.
-  HugePageBuffer buf = HugePageBuffer::Allocate(static_cast<size_t>(n_words) * sizeof(uint64_t));
-  if (buf.data() == nullptr) throw std::bad_alloc();
-  auto* words = reinterpret_cast<uint64_t*>(buf.data());
+  buffer_ = HugePageBuffer::Allocate(static_cast<size_t>(bytes()));
+  if (buffer_.data() == nullptr) throw std::bad_alloc();
+  auto* words = reinterpret_cast<uint64_t*>(buffer_.data());
   // Touch every page (so the timed passes read memory, not fault pages in).
-  pool.ParallelFor(n_chunks, [words](int64_t chunk, int) {
+  pool_.ParallelFor(n_chunks_, [words](int64_t chunk, int) {
     uint64_t* p = words + chunk * kChunkWords;
     for (int64_t i = 0; i < kChunkWords; ++i) p[i] = static_cast<uint64_t>(chunk + i);
   });
+}
+
+ReadProbe::~ReadProbe() = default;
+
+double ReadProbe::Pass() {
   auto read_sum = UseAvx2() ? internal::ReadSum_avx2 : internal::ReadSum_scalar;
-  std::vector<ThreadSum> sums(pool.size());
-  const double bw = BestRate(static_cast<double>(n_words * sizeof(uint64_t)), passes, [&] {
-    pool.ParallelFor(n_chunks, [&](int64_t chunk, int thread) {
-      sums[thread].words += read_sum(words + chunk * kChunkWords, kChunkWords);
-    });
+  const auto* words = reinterpret_cast<const uint64_t*>(buffer_.data());
+  std::vector<ThreadSum> sums(pool_.size());
+  const auto t0 = std::chrono::steady_clock::now();
+  pool_.ParallelFor(n_chunks_, [&](int64_t chunk, int thread) {
+    sums[thread].words += read_sum(words + chunk * kChunkWords, kChunkWords);
   });
-  volatile uint64_t sink = 0;  // the sums are used: the loads cannot be dropped
-  for (const ThreadSum& s : sums) sink = sink + s.words;
-  return bw;
+  const double s = Seconds(t0);
+  for (const ThreadSum& t : sums) sink_ = sink_ + t.words;  // used: the loads cannot be dropped
+  return s > 0 ? static_cast<double>(bytes()) / s : 0;
+}
+
+double MeasureReadBandwidth(ThreadPool& pool, int64_t buffer_bytes, int32_t passes) {
+  ReadProbe probe(pool, buffer_bytes);
+  probe.Pass();  // untimed, as BestRate's first run
+  double best = 0;
+  for (int32_t i = 0; i < std::max(passes, 1); ++i) best = std::max(best, probe.Pass());
+  return best;
 }
 
 double MeasureFmaPeak(ThreadPool& pool, int32_t passes) {

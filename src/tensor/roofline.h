@@ -19,6 +19,7 @@
 
 #include <cstdint>
 
+#include "base/huge_pages.h"
 #include "tensor/kernels.h"
 
 namespace kvllm {
@@ -44,6 +45,28 @@ struct Roofline {
 // Measures all four figures with every thread of `pool` (about a second and `buffer_bytes`
 // of memory, freed on return).
 Roofline MeasureRoofline(ThreadPool& pool, const RooflineOptions& options = {});
+
+// The read loop of the bandwidth figure over a buffer allocated and touched once, for figures
+// taken one pass at a time beside other work (kvllm bench reads before every decode step:
+// a shared machine's bandwidth changes between fast and slow spells of a fraction of a
+// second, and a step is judged by the spell it ran in).
+class ReadProbe {
+ public:
+  ReadProbe(ThreadPool& pool, int64_t buffer_bytes);  // a whole number of 1 MiB chunks, >= 1
+  ~ReadProbe();
+  ReadProbe(const ReadProbe&) = delete;
+  ReadProbe& operator=(const ReadProbe&) = delete;
+
+  // Bytes per second of one pass over the buffer with every thread of the pool.
+  double Pass();
+  int64_t bytes() const { return n_chunks_ << 20; }
+
+ private:
+  ThreadPool& pool_;
+  int64_t n_chunks_;
+  HugePageBuffer buffer_;
+  volatile uint64_t sink_ = 0;
+};
 
 // The parts, exposed for tests.
 int64_t DefaultRooflineBufferBytes();

@@ -86,6 +86,19 @@ TEST(RooflineTest, FiguresAreSane) {
   EXPECT_LE(r.matmul_flops_per_s, 100e12);
 }
 
+// A probe keeps its buffer: whole 1 MiB chunks (at least one), each pass a sane rate.
+TEST(RooflineTest, ReadProbeReadsItsWholeChunksEveryPass) {
+  ThreadPool pool(2);
+  EXPECT_EQ(ReadProbe(pool, 1).bytes(), int64_t{1} << 20);
+  ReadProbe probe(pool, (int64_t{64} << 20) + 5);
+  EXPECT_EQ(probe.bytes(), int64_t{64} << 20);
+  for (int i = 0; i < 3; ++i) {
+    const double bw = probe.Pass();
+    EXPECT_GE(bw, 0.5e9);
+    EXPECT_LE(bw, 1000e9);
+  }
+}
+
 TEST(RooflineTest, DefaultBufferIsAtLeastAGibibyte) {
   EXPECT_GE(DefaultRooflineBufferBytes(), int64_t{1} << 30);
   EXPECT_EQ(DefaultRooflineBufferBytes() % (int64_t{1} << 20), 0);
