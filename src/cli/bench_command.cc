@@ -49,13 +49,18 @@ std::vector<int32_t> RandomPrompt(int32_t n, int32_t n_vocab, uint32_t seed) {
   return p;
 }
 
-// Runs one request to completion and returns its timings.
-SequenceTimings RunOnce(Engine& engine, std::vector<int32_t> prompt, int32_t n_gen) {
+// Queues a request for n_gen tokens after `prompt`; its sequence's id.
+SeqId AddGreedy(Engine& engine, std::vector<int32_t> prompt, int32_t n_gen) {
   Request req;
   req.prompt = std::move(prompt);
   req.params.max_tokens = n_gen;
   req.params.sampling.temperature = 0;  // greedy: no sampling cost worth measuring
-  SeqId id = engine.Add(std::move(req)).value();
+  return engine.Add(std::move(req)).value();
+}
+
+// Runs one request to completion and returns its timings.
+SequenceTimings RunOnce(Engine& engine, std::vector<int32_t> prompt, int32_t n_gen) {
+  const SeqId id = AddGreedy(engine, std::move(prompt), n_gen);
   std::vector<TokenEvent> events;
   while (engine.HasUnfinished()) {
     events.clear();
@@ -75,11 +80,7 @@ struct TimedStep {
 };
 std::vector<TimedStep> RunTimed(Engine& engine, std::vector<int32_t> prompt, int32_t n_gen,
                                 ReadProbe* probe) {
-  Request req;
-  req.prompt = std::move(prompt);
-  req.params.max_tokens = n_gen;
-  req.params.sampling.temperature = 0;  // greedy: no sampling cost worth measuring
-  SeqId id = engine.Add(std::move(req)).value();
+  const SeqId id = AddGreedy(engine, std::move(prompt), n_gen);
   std::vector<TokenEvent> events;
   std::vector<TimedStep> steps;
   while (engine.HasUnfinished()) {
