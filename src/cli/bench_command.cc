@@ -199,8 +199,8 @@ int Bench(BenchFlags f) {
   // Warm-up: touches the weights and the pool's threads once.
   RunOnce(**cached, RandomPrompt(std::min(f.n_prompt, 64), c.n_vocab, 0), 4);
 
-  // Per decode run: its bandwidth (bytes over seconds of its probes), limit and fraction of
-  // it. The limit of a step attending over `context` tokens: its bytes at the bandwidth probed
+  // Per decode run: its bandwidth (the probes' bytes over their seconds: the harmonic mean of
+  // their rates), limit and fraction of it. The limit of a step attending over `context` tokens: its bytes at the bandwidth probed
   // just before it, plus attention's arithmetic where that outlasts the cache's bytes
   // (TokenCosts::DecodeSeconds); a run's limit time is the sum over its steps, its fraction
   // that sum over the steps' seconds.
@@ -211,16 +211,16 @@ int Bench(BenchFlags f) {
   // steps[first..] are the timed ones; step first + i attends over context0 + i tokens.
   auto judge = [&](Judged& j, const std::vector<TimedStep>& steps, size_t first,
                    double context0) {
-    double seconds = 0, limit_seconds = 0, probe_seconds = 0;
+    double seconds = 0, limit_seconds = 0, inverse_bandwidth = 0;
     for (size_t i = first; i < steps.size(); ++i) {
       const double bw = steps[i].bandwidth;
       seconds += steps[i].seconds;
       limit_seconds += costs.DecodeSeconds(context0 + static_cast<double>(i - first), bw,
                                            roof->fma_flops_per_s, roof->int8_ops_per_s);
-      probe_seconds += bw > 0 ? static_cast<double>(probe->bytes()) / bw : 0;
+      inverse_bandwidth += 1 / bw;
     }
     const double n = static_cast<double>(steps.size() - first);
-    j.bandwidth.push_back(n * static_cast<double>(probe->bytes()) / probe_seconds);
+    j.bandwidth.push_back(n / inverse_bandwidth);
     j.limit.push_back(n / limit_seconds);
     j.fraction.push_back(limit_seconds / seconds);
     j.runs.emplace_back(steps.begin() + static_cast<std::ptrdiff_t>(first), steps.end());

@@ -20,11 +20,7 @@ constexpr int64_t kMiB = int64_t{1} << 20;
 constexpr int64_t kChunkBytes = kMiB;  // one ParallelFor task of the streaming read
 constexpr int64_t kChunkWords = kChunkBytes / static_cast<int64_t>(sizeof(uint64_t));
 
-// One per thread, on its own cache line.
-struct alignas(64) ThreadSum {
-  uint64_t words = 0;
-  float floats = 0;
-};
+using internal::ThreadSum;
 
 bool UseAvx2() { return Kernels().level >= SimdLevel::kAvx2; }
 
@@ -93,7 +89,9 @@ int64_t DefaultRooflineBufferBytes() {
 }
 
 ReadProbe::ReadProbe(ThreadPool& pool, int64_t buffer_bytes)
-    : pool_(pool), n_chunks_(std::max<int64_t>(1, buffer_bytes / kChunkBytes)) {
+    : pool_(pool),
+      n_chunks_(std::max<int64_t>(1, buffer_bytes / kChunkBytes)),
+      sums_(static_cast<size_t>(pool.size())) {
   // [n_chunks][kChunkWords] words in transparent huge pages, as the engine's streamed data
   // (weights read with --no-mmap, the KV pool): 4 KiB pages cost a TLB miss and a restart of
   // the hardware prefetcher every 4 KiB, and made this figure swing between 40 and 63 GB/s
@@ -108,27 +106,21 @@ ReadProbe::ReadProbe(ThreadPool& pool, int64_t buffer_bytes)
   });
 }
 
-ReadProbe::~ReadProbe() = default;
-
 double ReadProbe::Pass() {
   auto read_sum = UseAvx2() ? internal::ReadSum_avx2 : internal::ReadSum_scalar;
   const auto* words = reinterpret_cast<const uint64_t*>(buffer_.data());
-  std::vector<ThreadSum> sums(pool_.size());
   const auto t0 = std::chrono::steady_clock::now();
   pool_.ParallelFor(n_chunks_, [&](int64_t chunk, int thread) {
-    sums[thread].words += read_sum(words + chunk * kChunkWords, kChunkWords);
+    sums_[thread].words += read_sum(words + chunk * kChunkWords, kChunkWords);
   });
   const double s = Seconds(t0);
-  for (const ThreadSum& t : sums) sink_ = sink_ + t.words;  // used: the loads cannot be dropped
+  for (const ThreadSum& t : sums_) sink_ = sink_ + t.words;  // used: the loads cannot be dropped
   return s > 0 ? static_cast<double>(bytes()) / s : 0;
 }
 
 double MeasureReadBandwidth(ThreadPool& pool, int64_t buffer_bytes, int32_t passes) {
   ReadProbe probe(pool, buffer_bytes);
-  probe.Pass();  // untimed, as BestRate's first run
-  double best = 0;
-  for (int32_t i = 0; i < std::max(passes, 1); ++i) best = std::max(best, probe.Pass());
-  return best;
+  return BestRate(static_cast<double>(probe.bytes()), passes, [&] { probe.Pass(); });
 }
 
 double MeasureFmaPeak(ThreadPool& pool, int32_t passes) {

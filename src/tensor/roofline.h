@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "base/huge_pages.h"
 #include "tensor/kernels.h"
@@ -46,6 +47,15 @@ struct Roofline {
 // of memory, freed on return).
 Roofline MeasureRoofline(ThreadPool& pool, const RooflineOptions& options = {});
 
+namespace internal {
+// A thread's sums of the loops, one per thread on its own cache line (kept, so that no load or
+// FMA can be dropped).
+struct alignas(64) ThreadSum {
+  uint64_t words = 0;
+  float floats = 0;
+};
+}  // namespace internal
+
 // The read loop of the bandwidth figure over a buffer allocated and touched once, for figures
 // taken one pass at a time beside other work (kvllm bench reads before every decode step:
 // a shared machine's bandwidth changes between fast and slow spells of a fraction of a
@@ -53,7 +63,6 @@ Roofline MeasureRoofline(ThreadPool& pool, const RooflineOptions& options = {});
 class ReadProbe {
  public:
   ReadProbe(ThreadPool& pool, int64_t buffer_bytes);  // a whole number of 1 MiB chunks, >= 1
-  ~ReadProbe();
   ReadProbe(const ReadProbe&) = delete;
   ReadProbe& operator=(const ReadProbe&) = delete;
 
@@ -65,6 +74,7 @@ class ReadProbe {
   ThreadPool& pool_;
   int64_t n_chunks_;
   HugePageBuffer buffer_;
+  std::vector<internal::ThreadSum> sums_;
   volatile uint64_t sink_ = 0;
 };
 
