@@ -303,9 +303,10 @@ void WeightedStrip(const float* p, int64_t p_stride, const typename Src::Elem* v
   }
 }
 
-// Strips of 16 * C columns, then of 16 (the last one masked), for G heads at a time: 64
-// columns for up to 4 heads, 16 for 8. For 8 heads, strips of 16 columns (8 chains) measured
-// faster than of 32 (16 chains) on Zen 5: 41 against 45 us for 4,096 rows of 64 from L2.
+// Strips of 64 columns, then of 16 (the last one masked), for up to 4 heads at a time; more
+// heads go 4 at a time, each pass reading the rows again from L1. One pass of 8 heads over
+// strips of 32 or of 16 columns (half the f16 conversions) measured no faster
+// (kernels_bench BM_Attention/kv:0, 2026-12-03).
 template <class Src, int G>
 void WeightedHeads(const float* p, int64_t p_stride, const typename Src::Elem* v, int64_t n,
                    int64_t d, float* y, Ahead& ahead) {
