@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <regex>
 
@@ -85,7 +86,14 @@ int ServerProcess::Stop() {
   if (pid_ <= 0) return -1;
   kill(pid_, SIGTERM);
   const int status = WaitExit(pid_, 10000);
-  if (status >= 0) pid_ = -1;
+  if (status >= 0) {
+    pid_ = -1;
+    if (reader_.joinable()) reader_.join();  // the pipe is at its end: the whole log is in
+  } else {
+    // Where did it stop? The server logs each stage of its shutdown.
+    std::fprintf(stderr, "server %d still running 10 s after SIGTERM; its log:\n%s\n", pid_,
+                 log().c_str());
+  }
   return status;
 }
 

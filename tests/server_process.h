@@ -25,7 +25,8 @@ class ServerProcess {
   pid_t pid() const { return pid_; }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
   std::string log() const;
-  // Sends SIGTERM and waits (up to 10 s) for a clean exit; returns the exit status, or -1.
+  // Sends SIGTERM and waits (up to 10 s) for a clean exit; returns the exit status, or -1
+  // (and prints the log). After an exit log() holds everything the server wrote.
   int Stop();
   // Kills it with SIGKILL at once (a crash), and reaps it.
   void Crash();

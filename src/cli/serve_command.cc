@@ -101,6 +101,14 @@ int Serve(const ServeFlags& f) {
   pthread_kill(stopper.native_handle(), SIGTERM);
   stopper.join();
   loop.Stop();
+  // Blocks still queued for the persistent tiers are written before exit (a slow disk can
+  // take a while: say so).
+  if (StoreTiers* store = (*engine)->store(); store != nullptr && store->pending() > 0) {
+    std::fprintf(stderr, "kvllm serve: writing %zu queued KV blocks to the store\n",
+                 store->pending());
+    store->Flush();
+  }
+  std::fprintf(stderr, "kvllm serve: stopped\n");
   return 0;
 }
 

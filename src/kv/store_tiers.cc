@@ -108,6 +108,11 @@ std::vector<TierStats> StoreTiers::stats() const {
   return stats_;
 }
 
+size_t StoreTiers::pending() const {
+  std::lock_guard lock(mu_);
+  return queue_.size() + (writing_ ? 1 : 0);
+}
+
 int64_t StoreTiers::dropped() const {
   std::lock_guard lock(mu_);
   return dropped_;

@@ -51,6 +51,8 @@ class StoreTiers {
                                   std::span<const int32_t> tokens, int* tier = nullptr);
   // Waits until every queued block is written.
   void Flush();
+  // Blocks queued or being written.
+  size_t pending() const;
   std::vector<TierStats> stats() const;
   int64_t dropped() const;
 
