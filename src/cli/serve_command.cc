@@ -103,10 +103,11 @@ int Serve(const ServeFlags& f) {
   loop.Stop();
   // Blocks still queued for the persistent tiers are written before exit (a slow disk can
   // take a while: say so).
-  if (StoreTiers* store = (*engine)->store(); store != nullptr && store->pending() > 0) {
-    std::fprintf(stderr, "kvllm serve: writing %zu queued KV blocks to the store\n",
-                 store->pending());
-    store->Flush();
+  if (StoreTiers* store = (*engine)->store()) {
+    if (const size_t pending = store->pending(); pending > 0) {
+      std::fprintf(stderr, "kvllm serve: writing %zu queued KV blocks to the store\n", pending);
+      store->Flush();
+    }
   }
   std::fprintf(stderr, "kvllm serve: stopped\n");
   return 0;
