@@ -105,7 +105,8 @@ int Serve(const ServeFlags& f) {
   // take a while: say so).
   if (StoreTiers* store = (*engine)->store()) {
     if (const size_t pending = store->pending(); pending > 0) {
-      std::fprintf(stderr, "kvllm serve: writing %zu queued KV blocks to the store\n", pending);
+      std::fprintf(stderr, "kvllm serve: writing %zu queued KV block%s to the store\n", pending,
+                   pending == 1 ? "" : "s");
       store->Flush();
     }
   }
