@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -189,8 +190,10 @@ TEST(BenchTest, DepthRunsArePairedWithTheFirstDepthInEachRepetition) {
   EXPECT_EQ(j["depth"][0]["depth"], 16);  // rows keep the order asked for
   EXPECT_EQ(j["depth"][0]["cached_vs_first_depth"].get<double>(), 1.0);
   const double vs = j["depth"][1]["cached_vs_first_depth"];
+  // A ratio of two timings: positive and finite, but no bound on it (one step slowed by
+  // another process made it 13.9 on a CI run).
   EXPECT_GT(vs, 0) << j.dump();
-  EXPECT_LT(vs, 10) << j.dump();
+  EXPECT_TRUE(std::isfinite(vs)) << j.dump();
 
   ASSERT_EQ(RunCommand(Kvllm() + " bench -m " + Tiny() +
                            " -t 2 -p 8 -n 2 -r 1 --depths 16,64 --depth-steps 2 --cache-only "
