@@ -83,7 +83,7 @@ TEST(PersistenceTest, RestartedServerContinuesTheConversationFromDisk) {
     int status = 0;
     reply1 = Chat(before, messages, &status)["choices"][0]["message"]["content"];
     EXPECT_EQ(before.Stop(), 0);
-    // Blocks still queued at the signal are written before exit (and said to be).
+    // The server went through its whole shutdown: "stopped" is its last line.
     EXPECT_NE(before.log().find("kvllm serve: stopped"), std::string::npos) << before.log();
   }
   EXPECT_EQ(reply1, base1);
