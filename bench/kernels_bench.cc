@@ -105,6 +105,16 @@ DecodeWeights DecodeMatrices(DType t, int64_t rows, int64_t total_rows) {
   return d;
 }
 
+// FLOP/s of the roofline's FMA loop on one thread, measured on first use.
+double OneCoreFmaPeak() {
+  static const double peak = [] {
+    ThreadPool pool(1);
+    return MeasureRoofline(pool, RooflineOptions{.buffer_bytes = 64 << 20, .passes = 5})
+        .fma_flops_per_s;
+  }();
+  return peak;
+}
+
 double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
@@ -226,8 +236,12 @@ const char* const kAttentionFormats[] = {"f16", "q8_0"};
 // One decode step's attention for one KV head and its query group (TinyLlama: 8 query heads of
 // 64 per KV head) over `depth` cached tokens, on one thread. bytes_per_second counts the K and
 // V bytes read. Args: kv format index (f16, q8_0), depth, layers: with 1 (one KV head) the
-// cache stays in L2; with 22 (TinyLlama's 22 layers x 4 KV heads, 88 MiB of f16 KV at 4096)
-// each call attends the next (layer, head), so K and V come from memory as in decode.
+// cache stays in the caches (L2 at depth 512: 128 KiB of f16 K and V); with 22 (TinyLlama's 22
+// layers x 4 KV heads, 88 MiB of f16 KV at 4096) each call attends the next (layer, head), so
+// K and V come from memory as in decode. An f16 K and V cost one FMA lane a query head per
+// dimension for q.k and one for the weighted sum, so f16 rows also report `flops` (2 per
+// multiply-add) and `of_fma_peak`: their rate over one core's FMA peak, the roofline's
+// register-only loop on one thread (measured once per process).
 void BM_Attention(benchmark::State& state) {
   const char* name = kAttentionFormats[state.range(0)];
   const int32_t depth = static_cast<int32_t>(state.range(1));
@@ -237,15 +251,25 @@ void BM_Attention(benchmark::State& state) {
   const std::vector<float> q = RandomFloats(AttentionCache::kGroup * AttentionCache::kHeadDim);
   std::vector<float> out(q.size());
   std::vector<float> scratch(AttentionScratchFloats(cache.layout, AttentionCache::kGroup));
+  const bool f16 = cache.layout.k_format().row_type() == DType::kF16;
+  const double peak = f16 ? OneCoreFmaPeak() : 0;
   int32_t next = 0;
+  const auto start = std::chrono::steady_clock::now();
   for (auto _ : state) {
     AttendGroup(cache.Args(next / heads, next % heads, depth, q.data()), out.data(),
                 scratch.data());
     benchmark::DoNotOptimize(out.data());
     next = (next + 1) % (layers * heads);
   }
+  const double seconds = Seconds(start);
   state.SetBytesProcessed(state.iterations() * cache.KVBytes(depth));
   state.SetLabel(std::string(name) + "/" + SimdLevelName(Kernels().level));
+  if (f16) {
+    const double flops = 4.0 * depth * AttentionCache::kHeadDim * AttentionCache::kGroup *
+                         static_cast<double>(state.iterations());
+    state.counters["flops"] = benchmark::Counter(flops, benchmark::Counter::kIsRate);
+    state.counters["of_fma_peak"] = flops / seconds / peak;
+  }
 }
 
 // A whole TinyLlama decode step's attention at `depth`: 22 layers, each with its 4 KV heads
@@ -314,6 +338,7 @@ BENCHMARK(BM_DecodeResident)->ArgNames({"dtype"})->Args({kF16})->Args({kQ8_0})->
 
 BENCHMARK(BM_Attention)
     ->ArgNames({"kv", "depth", "layers"})
+    ->Args({0, 512, 1})
     ->ArgsProduct({{0, 1}, {4096}, {1, 22}})
     ->Unit(benchmark::kMicrosecond);
 

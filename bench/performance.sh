@@ -5,7 +5,9 @@
 # of those tables: after a kernel change, re-run it with --update-doc and commit the doc.
 #
 #   pp512 and tg128 for F16, Q8_0 and Q4_0 weights            (-r $REPS, default 3)
-#   decode at depth 1 and $DEPTH (default 4096) with f16 and q8_0 KV, Q4_0 weights
+#   decode at depth 1 and $DEPTH (default 4096) with f16 and q8_0 KV and Q4_0 weights, then f16
+#     KV with Q8_0 and F16 weights: attention at depth costs the same milliseconds whatever the
+#     weights, so its share of a step is largest with the fastest step, Q4_0's
 #     (-r $DEPTH_REPS, default 1: every run prefills $DEPTH tokens first, minutes on 2 cores;
 #     $DEPTH_STEPS timed steps a run, default 32: a second of decode against half a minute of
 #     prefill, where 8 steps, a fifth of a second, moved by 20% between runs)
@@ -43,13 +45,14 @@ for t in f16 q8_0 q4_0; do
   "$kvllm" bench -m "$models/tinyllama-random-$t.gguf" -t "$threads" -p 512 -n 128 -r "$reps" \
     --no-depths --no-mmap --json > "$out/pp-tg-$t.json"
 done
-for kv in f16 q8_0; do
-  echo "performance: decode at depth 1 and $depth, $kv KV" >&2
+for run in q4_0:f16 q4_0:q8_0 q8_0:f16 f16:f16; do
+  t=${run%:*} kv=${run#*:}
+  echo "performance: decode at depth 1 and $depth, $t weights, $kv KV" >&2
   # -p 1 -n 1: the pp/tg rows of these runs are not part of the table.
-  "$kvllm" bench -m "$models/tinyllama-random-q4_0.gguf" -t "$threads" -p 1 -n 1 \
+  "$kvllm" bench -m "$models/tinyllama-random-$t.gguf" -t "$threads" -p 1 -n 1 \
     -r "$depth_reps" --depths "1,$depth" --depth-steps "$depth_steps" --cache-only \
     -ctk "$kv" -ctv "$kv" \
-    --no-mmap --json > "$out/depth-$kv.json"
+    --no-mmap --json > "$out/depth-$t-$kv.json"
 done
 
 $py - "$out" "$update_doc" <<'PY'
@@ -102,21 +105,23 @@ p("```sh")
 lines.extend(commands)
 p("```")
 p("")
-p("### Decode at depth (Q4_0 weights)")
+p("### Decode at depth")
 p("")
-p("| KV | depth | ms/token (median) | tokens/s | vs depth 1 (paired runs) | limit tokens/s | % of limit | bytes/token | KV share | ceiling |")
-p("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+p("| weights | KV | depth | ms/token (median) | tokens/s | vs depth 1 (paired runs) | limit tokens/s | % of limit | bytes/token | KV share | ceiling |")
+p("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 commands = []
-for kv in ("f16", "q8_0"):
-    if not os.path.getsize(os.path.join(out, f"depth-{kv}.json")):
+for t, kv in (("q4_0", "f16"), ("q4_0", "q8_0"), ("q8_0", "f16"), ("f16", "f16")):
+    name = f"depth-{t}-{kv}.json"
+    path = os.path.join(out, name)
+    if not os.path.exists(path) or not os.path.getsize(path):
         continue  # that run failed or was stopped
-    j = load(f"depth-{kv}.json")
+    j = load(name)
     commands.append(j["command"])
     weights = j["weight_bytes_per_token"]
     for r in j["depth"]:
         bw = r["read_bytes_per_s"]
         b = r["bytes_per_token"]
-        p(f"| {kv} | {r['depth']} | {r['cached_ms_per_token']:.2f} | "
+        p(f"| {j['weight_type']} | {kv} | {r['depth']} | {r['cached_ms_per_token']:.2f} | "
           f"{r['cached_tokens_per_s']:.2f} | {100 * (r['cached_vs_first_depth'] - 1):+.1f}% | "
           f"{r['cached_limit_tokens_per_s']:.2f} | "
           f"{100 * r['cached_fraction_of_limit']:.1f}% | {b / 2**20:.1f} MiB | "
