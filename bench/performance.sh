@@ -45,7 +45,8 @@ for t in f16 q8_0 q4_0; do
   "$kvllm" bench -m "$models/tinyllama-random-$t.gguf" -t "$threads" -p 512 -n 128 -r "$reps" \
     --no-depths --no-mmap --json > "$out/pp-tg-$t.json"
 done
-for run in q4_0:f16 q4_0:q8_0 q8_0:f16 f16:f16; do
+depth_runs="q4_0:f16 q4_0:q8_0 q8_0:f16 f16:f16"  # weights:KV
+for run in $depth_runs; do
   t=${run%:*} kv=${run#*:}
   echo "performance: decode at depth 1 and $depth, $t weights, $kv KV" >&2
   # -p 1 -n 1: the pp/tg rows of these runs are not part of the table.
@@ -55,10 +56,11 @@ for run in q4_0:f16 q4_0:q8_0 q8_0:f16 f16:f16; do
     --no-mmap --json > "$out/depth-$t-$kv.json"
 done
 
-$py - "$out" "$update_doc" <<'PY'
+$py - "$out" "$update_doc" "$depth_runs" <<'PY'
 import datetime, json, os, re, sys
 
 out, update_doc = sys.argv[1], sys.argv[2] == "1"
+depth_runs = [run.split(":") for run in sys.argv[3].split()]
 load = lambda name: json.load(open(os.path.join(out, name)))
 lines = []
 p = lines.append
@@ -110,7 +112,7 @@ p("")
 p("| weights | KV | depth | ms/token (median) | tokens/s | vs depth 1 (paired runs) | limit tokens/s | % of limit | bytes/token | KV share | ceiling |")
 p("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 commands = []
-for t, kv in (("q4_0", "f16"), ("q4_0", "q8_0"), ("q8_0", "f16"), ("f16", "f16")):
+for t, kv in depth_runs:
     name = f"depth-{t}-{kv}.json"
     path = os.path.join(out, name)
     if not os.path.exists(path) or not os.path.getsize(path):
