@@ -272,6 +272,45 @@ void BM_Attention(benchmark::State& state) {
   }
 }
 
+// f16 attention's three kernels one at a time, as AttendGroup calls them for one KV head's 8
+// query heads of 64, over 512 slots in one call (K and V 64 KiB each, in L2). Args: part (0:
+// q.k, scores_f16t; 1: the softmax's exp, exp_sum over each head's 512 scores; 2: V's weighted
+// sum, weighted_rows). q.k and the weighted sum report `of_fma_peak`: their multiply-adds'
+// rate over one core's FMA peak (as BM_Attention does), the kernels' arithmetic alone.
+void BM_AttentionKernels(benchmark::State& state) {
+  constexpr int64_t kSlots = 512, kD = AttentionCache::kHeadDim, kG = AttentionCache::kGroup;
+  constexpr int64_t kTile = AttentionCache::kBlock;  // K's slots a dimension-major tile holds
+  const int part = static_cast<int>(state.range(0));
+  const std::vector<uint8_t> k = RandomRows(DType::kF16, kSlots, kD);
+  const std::vector<uint8_t> v = RandomRows(DType::kF16, kSlots, kD);
+  const std::vector<float> q = RandomFloats(kG * kD);
+  std::vector<float> scores = RandomFloats(kG * kSlots, 3);
+  std::vector<float> y(kG * kD);
+  const KernelSet& ks = Kernels();
+  const double peak = part == 1 ? 0 : OneCoreFmaPeak();
+  const auto start = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    if (part == 0) {
+      ks.scores_f16t(reinterpret_cast<const uint16_t*>(k.data()), kTile, 0, kSlots, q.data(), kG,
+                     kD, 0.125f, scores.data(), kSlots, nullptr);
+    } else if (part == 1) {
+      for (int64_t g = 0; g < kG; ++g) {
+        benchmark::DoNotOptimize(ks.exp_sum(scores.data() + g * kSlots, kSlots, 1.0f));
+      }
+    } else {
+      ks.weighted_rows(scores.data(), kSlots, kG, DType::kF16, v.data(), kSlots, kD, y.data(),
+                       nullptr);
+    }
+    benchmark::ClobberMemory();
+  }
+  const double seconds = Seconds(start);
+  if (part != 1) {
+    const double flops = 2.0 * kSlots * kD * kG * static_cast<double>(state.iterations());
+    state.counters["of_fma_peak"] = flops / seconds / peak;
+  }
+  state.SetLabel(SimdLevelName(ks.level));
+}
+
 // A whole TinyLlama decode step's attention at `depth`: 22 layers, each with its 4 KV heads
 // attended by `threads` threads as the model does, both cores streaming K and V from memory.
 // Args: kv format index, depth, threads.
@@ -341,6 +380,8 @@ BENCHMARK(BM_Attention)
     ->Args({0, 512, 1})
     ->ArgsProduct({{0, 1}, {4096}, {1, 22}})
     ->Unit(benchmark::kMicrosecond);
+
+BENCHMARK(BM_AttentionKernels)->ArgNames({"part"})->DenseRange(0, 2)->Unit(benchmark::kMicrosecond);
 
 BENCHMARK(BM_AttentionStep)
     ->ArgNames({"kv", "depth", "threads"})
