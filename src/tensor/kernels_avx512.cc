@@ -510,53 +510,37 @@ float MaxF32(const float* x, int64_t n) {
   return _mm512_reduce_max_ps(m);
 }
 
-// G query heads against a strip of up to 16 slots within one tile (the lanes; `m` masks a
-// shorter strip): each K vector widened once serves G FMAs into G independent chains. Each
-// FMA's query value is a broadcast load, so 8 heads load 9 vectors for 8 FMAs: ScoresStrip2
-// takes full strips in pairs.
-template <int G>
-void ScoresStrip(const uint16_t* k, __mmask16 m, float* s, int64_t ld, const float* q, int64_t d,
-                 float scale, int64_t s_stride, Ahead& ahead) {
-  __m512 acc[G];
-  for (int g = 0; g < G; ++g) acc[g] = _mm512_setzero_ps();
-  for (int64_t i = 0; i < d; ++i) {
-    ahead.Step();
-    const __m512 kv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, k + i * ld));
-    for (int g = 0; g < G; ++g) acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(q[g * d + i]), kv, acc[g]);
+// G query heads against S strips of up to 16 slots, each within one tile (the lanes; `m`
+// masks shorter strips): each K vector widened once serves G FMAs into G independent chains,
+// and each broadcast query value S FMAs. With one strip, 8 heads load 9 vectors (8 of them
+// broadcasts) for 8 FMAs, and on cores with two FMA units a cycle the loads, not the FMAs, held
+// it back: two strips, 10 loads for 16 FMAs (kernels_bench BM_AttentionKernels/part:0,
+// 2026-12-04, alternated 4 rounds: 3.43, 3.42, 3.32, 3.31 -> 2.80, 2.80, 2.76, 2.82 us). On a
+// core with one (2026-12-03) a standalone loop of the two-strip shape measured 47 us against
+// one strip's 40 over 4,096 slots.
+template <int G, int S>
+void ScoresStrips(const uint16_t* const (&k)[S], __mmask16 m, float* s, int64_t ld,
+                  const float* q, int64_t d, float scale, int64_t s_stride, Ahead& ahead) {
+  __m512 acc[S][G];
+  for (int t = 0; t < S; ++t) {
+    for (int g = 0; g < G; ++g) acc[t][g] = _mm512_setzero_ps();
   }
-  const __m512 vscale = _mm512_set1_ps(scale);
-  for (int g = 0; g < G; ++g) {
-    _mm512_mask_storeu_ps(s + g * s_stride, m, _mm512_mul_ps(acc[g], vscale));
-  }
-}
-
-// Two full strips of 16 slots (at k0 and k1) at once: each broadcast of a query value serves
-// two FMAs, 10 loads for 16 FMAs. On cores with two FMA units a cycle the loads, not the
-// FMAs, held one strip back (kernels_bench BM_AttentionKernels/part:0, 2026-12-04, alternated
-// 3 rounds: 3.74, 3.50, 2.98 -> 2.63, 2.83, 2.85 us). On a core with one (2026-12-03) a
-// standalone loop of this shape measured 47 us against one strip's 40 over 4,096 slots.
-template <int G>
-void ScoresStrip2(const uint16_t* k0, const uint16_t* k1, float* s, int64_t ld, const float* q,
-                  int64_t d, float scale, int64_t s_stride, Ahead& ahead) {
-  __m512 acc0[G], acc1[G];
-  for (int g = 0; g < G; ++g) acc0[g] = acc1[g] = _mm512_setzero_ps();
   for (int64_t i = 0; i < d; ++i) {
-    ahead.Step();
-    ahead.Step();
-    const __m512 kv0 = _mm512_cvtph_ps(_mm256_loadu_si256(
-        reinterpret_cast<const __m256i*>(k0 + i * ld)));
-    const __m512 kv1 = _mm512_cvtph_ps(_mm256_loadu_si256(
-        reinterpret_cast<const __m256i*>(k1 + i * ld)));
+    __m512 kv[S];
+    for (int t = 0; t < S; ++t) {
+      ahead.Step();
+      kv[t] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, k[t] + i * ld));
+    }
     for (int g = 0; g < G; ++g) {
       const __m512 qg = _mm512_set1_ps(q[g * d + i]);
-      acc0[g] = _mm512_fmadd_ps(qg, kv0, acc0[g]);
-      acc1[g] = _mm512_fmadd_ps(qg, kv1, acc1[g]);
+      for (int t = 0; t < S; ++t) acc[t][g] = _mm512_fmadd_ps(qg, kv[t], acc[t][g]);
     }
   }
   const __m512 vscale = _mm512_set1_ps(scale);
   for (int g = 0; g < G; ++g) {
-    _mm512_storeu_ps(s + g * s_stride, _mm512_mul_ps(acc0[g], vscale));
-    _mm512_storeu_ps(s + 16 + g * s_stride, _mm512_mul_ps(acc1[g], vscale));
+    for (int t = 0; t < S; ++t) {
+      _mm512_mask_storeu_ps(s + 16 * t + g * s_stride, m, _mm512_mul_ps(acc[t][g], vscale));
+    }
   }
 }
 
@@ -573,17 +557,18 @@ void ScoresF16T(const uint16_t* k, int64_t ld, int64_t first, int64_t n, const f
     const uint16_t* strip = k + (t / ld) * ld * d + lane;
     const int64_t lane2 = (t + 16) % ld;  // where a second strip would start
     if (r == 16 && n - j >= 32 && ld - lane2 >= 16) {
-      const uint16_t* next = k + (t + 16) / ld * ld * d + lane2;
+      const uint16_t* const pair[2] = {strip, k + (t + 16) / ld * ld * d + lane2};
       ByHeadGroups(n_g, [&]<int G>(int64_t g) {
-        ScoresStrip2<G>(strip, next, s + j + g * s_stride, ld, q + g * d, d, scale, s_stride,
-                        ahead);
+        ScoresStrips<G, 2>(pair, 0xffff, s + j + g * s_stride, ld, q + g * d, d, scale,
+                           s_stride, ahead);
       });
       j += 32;
       continue;
     }
-    const __mmask16 m = TailMask(r);
+    const uint16_t* const one[1] = {strip};
     ByHeadGroups(n_g, [&]<int G>(int64_t g) {
-      ScoresStrip<G>(strip, m, s + j + g * s_stride, ld, q + g * d, d, scale, s_stride, ahead);
+      ScoresStrips<G, 1>(one, TailMask(r), s + j + g * s_stride, ld, q + g * d, d, scale,
+                         s_stride, ahead);
     });
     j += r;
   }
