@@ -63,24 +63,31 @@ void BM_Dot(benchmark::State& state) {
   state.SetLabel(Label(t));
 }
 
-// Args: dtype (ggml number), n_out, n_in, n_tok, threads.
+// Args: dtype (ggml number), n_out, n_in, n_tok, threads, repack (1: interleaved where the
+// model would load the matrix so, as without --no-repack).
 void BM_MatMul(benchmark::State& state) {
   const auto t = static_cast<DType>(state.range(0));
   const int64_t n_out = state.range(1);
   const int64_t n_in = state.range(2);
   const int64_t n_tok = state.range(3);
   ThreadPool pool(static_cast<int>(state.range(4)));
-  const std::vector<uint8_t> w = RandomRows(t, n_out, n_in);
+  const bool interleaved = state.range(5) != 0 && PrefersInterleaved(t, n_out, n_in);
+  const WeightLayout layout = interleaved ? WeightLayout::kInterleaved16 : WeightLayout::kRows;
+  std::vector<uint8_t> w = RandomRows(t, n_out, n_in);
+  if (interleaved) {
+    const std::vector<uint8_t> rows = w;
+    InterleaveRows(t, rows.data(), n_out, n_in, w.data());
+  }
   const std::vector<float> x = RandomFloats(n_tok * n_in);  // [n_tok][n_in]
   std::vector<float> y(n_tok * n_out);                      // [n_tok][n_out]
   for (auto _ : state) {
-    MatMul(t, w.data(), n_out, n_in, x.data(), n_tok, y.data(), &pool);
+    MatMul(t, w.data(), n_out, n_in, x.data(), n_tok, y.data(), &pool, layout);
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(w.size()));
   state.counters["FLOP/s"] = benchmark::Counter(2.0 * n_out * n_in * n_tok * state.iterations(),
                                                 benchmark::Counter::kIsRate);
-  state.SetLabel(Label(t));
+  state.SetLabel(Label(t) + (interleaved ? " interleaved" : ""));
 }
 
 // The layout the model loads a matrix of `rows` x 2048 in at this level, and the bytes.
@@ -91,7 +98,7 @@ struct DecodeWeights {
 DecodeWeights DecodeMatrices(DType t, int64_t rows, int64_t total_rows) {
   constexpr int64_t kIn = 2048;
   const size_t row_bytes = RowBytes(t, kIn);
-  DecodeWeights d{PrefersInterleaved(t, rows) ? WeightLayout::kInterleaved16 : WeightLayout::kRows,
+  DecodeWeights d{PrefersInterleaved(t, rows, kIn) ? WeightLayout::kInterleaved16 : WeightLayout::kRows,
                   HugePageBuffer::Allocate(row_bytes * total_rows)};
   const std::vector<uint8_t> src = RandomRows(t, rows, kIn);  // repeated: speed needs no variety
   for (int64_t m0 = 0; m0 < total_rows; m0 += rows) {
@@ -360,10 +367,11 @@ BENCHMARK(BM_Dot)
     ->ArgNames({"dtype", "n"})
     ->ArgsProduct({{kF32, kF16, kBF16, kQ8_0, kQ4_0}, {256, 4096}});
 
-// 2048 x 2048 matrix x vector (decode) and x 64 tokens (prefill), on 1 and 2 threads.
+// 2048 x 2048 matrix x vector (decode) and x 64 tokens (prefill), on 1 and 2 threads, in rows
+// and in the model's layout.
 BENCHMARK(BM_MatMul)
-    ->ArgNames({"dtype", "n_out", "n_in", "n_tok", "threads"})
-    ->ArgsProduct({{kF32, kF16, kBF16, kQ8_0, kQ4_0}, {2048}, {2048}, {1, 64}, {1, 2}})
+    ->ArgNames({"dtype", "n_out", "n_in", "n_tok", "threads", "repack"})
+    ->ArgsProduct({{kF16}, {2048}, {2048, 5632}, {512}, {2}, {0, 1}})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 

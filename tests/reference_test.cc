@@ -143,7 +143,7 @@ TEST(ReferenceTest, RepackInterleavesOnlyWhereTheKernelsPreferIt) {
     auto model = Model::Load(path, ModelLoadOptions{.repack = repack});
     ASSERT_TRUE(model.ok()) << model.status().message();
     const Matrix& wq = (*model)->weights().layers[0].wq;
-    const bool interleaved = repack && PrefersInterleaved(wq.type, wq.n_out);
+    const bool interleaved = repack && PrefersInterleaved(wq.type, wq.n_out, wq.n_in);
     EXPECT_EQ(wq.layout,
               interleaved ? WeightLayout::kInterleaved16 : WeightLayout::kRows);
     EXPECT_EQ(wq.data == (*model)->file().FindTensor("blk.0.attn_q.weight")->data, !interleaved);

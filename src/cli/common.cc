@@ -26,8 +26,8 @@ void EngineFlags::Register(CLI::App* app) {
                 "read the weights into memory (2 MiB huge pages where the kernel allows) "
                 "instead of mapping the file: a slower start, faster decode");
   app->add_flag("--no-repack", no_repack,
-                "keep Q8_0/Q4_0 matrices in the file's rows instead of interleaving them 16 "
-                "rows at a time at load (AVX-512); for comparisons");
+                "keep Q8_0/Q4_0/F16/BF16 matrices in the file's rows instead of interleaving "
+                "them 16 rows at a time at load (AVX-512); for comparisons");
   app->add_option("-c,--ctx-size", ctx_size,
                   "KV cache size in tokens (default: the model's context length, capped by "
                   "available memory)");

@@ -57,8 +57,8 @@ struct ForwardBatch {
 // How Model::Load makes the weights ready.
 struct ModelLoadOptions {
   gguf::LoadMode mode = gguf::LoadMode::kMmap;
-  // Copy the Q8_0 and Q4_0 matrices the kernels multiply faster interleaved, 16 rows at a time
-  // (Weights::Interleave); false keeps every weight in the file's rows (llama.cpp's
+  // Copy the Q8_0, Q4_0, F16 and BF16 matrices the kernels multiply faster interleaved, 16 rows
+  // at a time (Weights::Interleave); false keeps every weight in the file's rows (llama.cpp's
   // --no-repack).
   bool repack = true;
 };

@@ -92,6 +92,8 @@ const internal::LevelKernels& ActiveLevelKernels() {
 constexpr int64_t kMatVecTaskRows = 32;
 constexpr int64_t kMatMatTaskRows = 16;
 static_assert(kMatMatTaskRows % internal::kTileRows == 0);
+// Interleaved weights come in groups of 16 rows, which a task never splits.
+static_assert(kMatVecTaskRows % 16 == 0 && kMatMatTaskRows % 16 == 0);
 
 // Prefill cache blocking. A task works on a slice of kSliceCols input columns of its rows
 // (dequantized: 16 x 1024 f32 = 64 KiB, the 4-row tile in use 16 KiB, in L1) against a block
@@ -171,6 +173,18 @@ void ActRows(const MatMulJob& job, int64_t begin, int64_t end) {
   }
 }
 
+// Float weights interleaved, one token: the task's groups of 16 rows in one call.
+void MatVec16Rows(const MatMulJob& job, int64_t begin, int64_t end) {
+  job.kernels->dot_rows16({
+      .wt = job.wt,
+      .w = job.w + begin * job.row_bytes,
+      .n_groups = (end - begin) / 16,
+      .x = job.x,
+      .n = job.n_in,
+      .y = job.y + begin,
+  });
+}
+
 void MatVecRows(const MatMulJob& job, int64_t begin, int64_t end) {
   job.kernels->dot_rows({
       .wt = job.wt,
@@ -183,36 +197,55 @@ void MatVecRows(const MatMulJob& job, int64_t begin, int64_t end) {
   });
 }
 
+// Floats between the rows of an interleaved slice: widened chunk by chunk, 16 rows 4 KiB
+// apart would be 16 lines written into one L1 set at a time.
+constexpr int64_t kInterleavedPad = 16;
+
 // This thread's buffer for one task's dequantized weight slice, [kMatMatTaskRows][kSliceCols]
-// f32. Allocated on the thread's first prefill, never again.
+// f32 (row stride kSliceCols + kInterleavedPad for interleaved weights). Allocated on the
+// thread's first prefill, never again.
 float* SliceScratch() {
-  thread_local std::vector<float> scratch(kMatMatTaskRows * kSliceCols);
+  thread_local std::vector<float> scratch(kMatMatTaskRows * (kSliceCols + kInterleavedPad));
   return scratch.data();
+}
+
+// Rows [begin, end) (whole groups) of interleaved float weights, columns [k0, k0 + cols), into
+// out[r][stride]: a group's chunks of those columns lie together.
+void DequantizeInterleaved(const MatMulJob& job, int64_t begin, int64_t end, int64_t k0,
+                           int64_t cols, float* out, int64_t stride) {
+  for (int64_t g = begin; g < end; g += 16) {
+    job.kernels->widen16(job.wt, job.w + g * job.row_bytes + 16 * RowBytes(job.wt, k0),
+                         cols / kQK, out + (g - begin) * stride, stride);
+  }
 }
 
 void MatMatRows(const MatMulJob& job, int64_t begin, int64_t end) {
   const int64_t n_rows = end - begin;
   float* scratch = SliceScratch();
-  for (int64_t t0 = 0; t0 < job.n_tok; t0 += kTokBlock) {
-    const int64_t n_tok = std::min(kTokBlock, job.n_tok - t0);
-    for (int64_t k0 = 0; k0 < job.n_in; k0 += kSliceCols) {
-      const int64_t cols = std::min(kSliceCols, job.n_in - k0);
-      // w_slice: [n_rows][cols] with row stride w_stride.
-      const float* w_slice;
-      int64_t w_stride;
-      const size_t col_offset = RowBytes(job.wt, k0);
-      if (job.wt == DType::kF32) {
-        // Used in place; dequantizing would only copy.
-        w_slice = reinterpret_cast<const float*>(job.w + begin * job.row_bytes + col_offset);
-        w_stride = job.n_in;
-      } else {
-        for (int64_t r = 0; r < n_rows; ++r) {
-          job.kernels->set.dequantize(job.wt, job.w + (begin + r) * job.row_bytes + col_offset,
-                                      scratch + r * cols, cols);
-        }
-        w_slice = scratch;
-        w_stride = cols;
+  for (int64_t k0 = 0; k0 < job.n_in; k0 += kSliceCols) {
+    const int64_t cols = std::min(kSliceCols, job.n_in - k0);
+    // w_slice: [n_rows][cols] with row stride w_stride, dequantized once for all the tokens.
+    const float* w_slice;
+    int64_t w_stride;
+    const size_t col_offset = RowBytes(job.wt, k0);
+    if (job.wt == DType::kF32) {
+      // Used in place; dequantizing would only copy.
+      w_slice = reinterpret_cast<const float*>(job.w + begin * job.row_bytes + col_offset);
+      w_stride = job.n_in;
+    } else if (job.layout == WeightLayout::kInterleaved16) {
+      w_stride = cols + kInterleavedPad;
+      DequantizeInterleaved(job, begin, end, k0, cols, scratch, w_stride);
+      w_slice = scratch;
+    } else {
+      for (int64_t r = 0; r < n_rows; ++r) {
+        job.kernels->set.dequantize(job.wt, job.w + (begin + r) * job.row_bytes + col_offset,
+                                    scratch + r * cols, cols);
       }
+      w_slice = scratch;
+      w_stride = cols;
+    }
+    for (int64_t t0 = 0; t0 < job.n_tok; t0 += kTokBlock) {
+      const int64_t n_tok = std::min(kTokBlock, job.n_tok - t0);
       for (int64_t g = 0; g < n_rows; g += internal::kTileRows) {
         job.kernels->dot_tile({
             .w = w_slice + g * w_stride,
@@ -234,10 +267,12 @@ void MatMatRows(const MatMulJob& job, int64_t begin, int64_t end) {
 void RunMatMulTask(const MatMulJob& job, int64_t task) {
   const int64_t begin = task * job.rows_per_task;
   const int64_t end = std::min(begin + job.rows_per_task, job.n_out);
-  if (job.layout == WeightLayout::kInterleaved16) {
+  if (job.layout == WeightLayout::kInterleaved16 && job.xq != nullptr) {
     Act16Rows(job, begin, end);
   } else if (job.xq != nullptr) {
     ActRows(job, begin, end);
+  } else if (job.n_tok == 1 && job.layout == WeightLayout::kInterleaved16) {
+    MatVec16Rows(job, begin, end);
   } else if (job.n_tok == 1) {
     MatVecRows(job, begin, end);
   } else {
@@ -261,13 +296,15 @@ const char* SimdLevelName(SimdLevel level) {
 
 const KernelSet& Kernels() { return ActiveLevelKernels().set; }
 
-bool PrefersInterleaved(DType t, int64_t n_out) {
-  if (!UsesQ8Activations(t) || n_out % 16 != 0) return false;
+bool PrefersInterleaved(DType t, int64_t n_out, int64_t n_in) {
+  if (n_out % 16 != 0) return false;
+  const bool float16 = (t == DType::kF16 || t == DType::kBF16) && n_in % kQK == 0;
+  if (!UsesQ8Activations(t) && !float16) return false;
   switch (ActiveLevelKernels().set.level) {
     case SimdLevel::kAvx512:
       return true;
     case SimdLevel::kAvx2:
-      return t == DType::kQ4_0;  // its Q8_0 kernel is the scalar one (kernels_avx2.cc)
+      return t == DType::kQ4_0;  // its Q8_0 and float ones are the scalar ones (kernels_avx2.cc)
     case SimdLevel::kScalar:
       return false;
   }
@@ -320,7 +357,9 @@ void internal::MatMulSharedWith(const LevelKernels& kernels, std::span<const Mat
     return o.layout == WeightLayout::kInterleaved16;
   };
   for (const MatMulOut& o : outs) {
-    KVLLM_CHECK(!interleaved(o) || (quantized(o) && o.n_out % 16 == 0));
+    KVLLM_CHECK(!interleaved(o) || (o.n_out % 16 == 0 && n_in % kQK == 0 &&
+                                    (quantized(o) || o.wt == DType::kF16 ||
+                                     o.wt == DType::kBF16)));
   }
   if (n_in > 0 && std::any_of(outs.begin(), outs.end(), quantized)) {
     const int64_t blocks = n_in / kQK;
@@ -328,7 +367,10 @@ void internal::MatMulSharedWith(const LevelKernels& kernels, std::span<const Mat
     for (int64_t t = 0; t < n_tok; ++t) {
       kernels.set.quantize_act(x + t * n_in, xq + t * blocks, n_in);
     }
-    if (std::any_of(outs.begin(), outs.end(), interleaved)) {
+    const auto quantized_interleaved = [&](const MatMulOut& o) {
+      return quantized(o) && interleaved(o);
+    };
+    if (std::any_of(outs.begin(), outs.end(), quantized_interleaved)) {
       xsum = ActSumScratch(n_tok * blocks);
       ActCodeSums(xq, n_tok * blocks, xsum);
     }
@@ -385,8 +427,21 @@ void MatMul_ref(DType wt, const void* w, int64_t n_out, int64_t n_in, const floa
   std::vector<int32_t> xsum(xq.size());
   for (int64_t t = 0; t < n_tok; ++t) {
     if (!xq.empty()) ref.quantize_act(x + t * n_in, xq.data(), n_in);
+    if (layout == WeightLayout::kInterleaved16 && xq.empty()) {
+      KVLLM_CHECK(n_out % 16 == 0);
+      // Each row summed in Dot's order: the bits the rows layout gives here.
+      internal::ScalarLevelKernels().dot_rows16({
+          .wt = wt,
+          .w = rows,
+          .n_groups = n_out / 16,
+          .x = x + t * n_in,
+          .n = n_in,
+          .y = y + t * n_out,
+      });
+      continue;
+    }
     if (layout == WeightLayout::kInterleaved16) {
-      KVLLM_CHECK(UsesQ8Activations(wt) && n_out % 16 == 0);
+      KVLLM_CHECK(n_out % 16 == 0);
       ActCodeSums(xq.data(), static_cast<int64_t>(xq.size()), xsum.data());
       internal::ScalarLevelKernels().dot_act16({
           .wt = wt,

@@ -99,15 +99,16 @@ const KernelSet& Kernels();
 std::vector<const KernelSet*> AvailableKernelSets();
 const KernelSet& ReferenceKernels();
 
-// How the blocks of a Q8_0 or Q4_0 weight matrix lie in memory.
+// How the rows of a weight matrix lie in memory.
 enum class WeightLayout : uint8_t {
   kRows,           // row after row, as a GGUF file stores them
-  kInterleaved16,  // 16 rows at a time, block by block (InterleaveRows, quant.h)
+  kInterleaved16,  // Q8_0, Q4_0, F16, BF16: 16 rows at a time (InterleaveRows, quant.h)
 };
-// Whether MatMul with the active kernels is faster on a matrix of n_out rows of type t stored
-// kInterleaved16: n_out a multiple of 16, and Q8_0 or Q4_0 at the AVX-512 level, Q4_0 at AVX2
-// (the types those levels have kernels for; the others would run the scalar one).
-bool PrefersInterleaved(DType t, int64_t n_out);
+// Whether MatMul with the active kernels is faster on a matrix [n_out][n_in] of type t stored
+// kInterleaved16: n_out a multiple of 16, and Q8_0, Q4_0, F16 or BF16 (n_in a multiple of 32)
+// at the AVX-512 level, Q4_0 at AVX2 (the types those levels have kernels for; the others
+// would run the scalar one).
+bool PrefersInterleaved(DType t, int64_t n_out, int64_t n_in);
 
 // Y[t][o] = sum_i W[o][i] * X[t][i]
 //   W: [n_out][n_in] rows of type wt (row stride RowBytes(wt, n_in))
@@ -116,9 +117,11 @@ bool PrefersInterleaved(DType t, int64_t n_out);
 // each row of W is dequantized once per block of up to 64 tokens and reused for all of them
 // (matrix x matrix), with n_tok == 1 it is a matrix x vector. Q8_0 and Q4_0 weights: each row
 // of X is quantized once (BlockQ8Act) and every output is one dot_act, whatever n_tok is, so
-// a token's result does not depend on the batch it came in. Stored kInterleaved16, every
+// a token's result does not depend on the batch it came in; stored kInterleaved16, every
 // output is the same sum block by block, acc = fma(f32(integer dot) * d_w, d_x, acc), which
-// rounds differently from kRows's. After a thread's first call nothing is allocated.
+// rounds differently from kRows's. F16 and BF16 stored kInterleaved16 give kRows's result
+// with n_tok > 1 and a dot's rounding of it with n_tok == 1. After a thread's first call
+// nothing is allocated.
 // `pool` may be nullptr (runs on the calling thread).
 void MatMul(DType wt, const void* w, int64_t n_out, int64_t n_in, const float* x, int64_t n_tok,
             float* y, ThreadPool* pool, WeightLayout layout = WeightLayout::kRows);

@@ -65,6 +65,23 @@ struct RowsArgs {
 };
 using DotRowsFn = void (*)(const RowsArgs& args);
 
+// F16 / BF16 weights stored WeightLayout::kInterleaved16, one token: n_groups groups of 16
+// rows from w, y[16 * g + r] = sum_{i < n} w_r[i] * x[i] for r < 16, to within a dot's
+// rounding (the order of the sum is the level's). n is a multiple of 32.
+struct Rows16Args {
+  DType wt;
+  const uint8_t* w;
+  int64_t n_groups;
+  const float* x;
+  int64_t n;
+  float* y;
+};
+using DotRows16Fn = void (*)(const Rows16Args& args);
+// The same weights' 16 rows of one group, n_chunks chunks of 32 columns from w, widened to f32:
+// out[r * out_stride + 32 * c + j] (prefill's dequantized slice).
+using Widen16Fn = void (*)(DType wt, const uint8_t* w, int64_t n_chunks, float* out,
+                           int64_t out_stride);
+
 // Q8_0 / Q4_0 weights stored WeightLayout::kInterleaved16 against quantized activations:
 // n_groups groups of 16 rows from w, and for g < n_groups, r < 16, t < n_tok
 //   y[t * y_stride + 16 * g + r] = acc, where acc = 0, then for each block b in order
@@ -109,6 +126,8 @@ struct LevelKernels {
   DotTileFn dot_tile;
   DotRowsFn dot_rows;
   DotActTileFn dot_act_tile;
+  DotRows16Fn dot_rows16;
+  Widen16Fn widen16;
   DotAct16Fn dot_act16;
 };
 

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "base/status.h"
 #include "tensor/fp16.h"
 #include "tensor/kernels_internal.h"
 #include "tensor/quant.h"
@@ -268,6 +269,35 @@ void DotRows(const RowsArgs& a) {
   for (int64_t r = 0; r < a.n_rows; ++r) a.y[r] = Dot(a.wt, a.w + r * a.row_bytes, a.x, a.n);
 }
 
+// Each row summed in Dot's order, so the two layouts give the same bits here.
+void DotRows16(const Rows16Args& a) {
+  KVLLM_CHECK(a.wt == DType::kF16 || a.wt == DType::kBF16);
+  const auto widen = a.wt == DType::kF16 ? &F16ToF32 : &BF16ToF32;
+  const auto* w = reinterpret_cast<const uint16_t*>(a.w);
+  const int64_t n_chunks = a.n / kQK;
+  for (int64_t g = 0; g < a.n_groups; ++g) {
+    for (int r = 0; r < 16; ++r) {
+      float sum = 0.0f;
+      for (int64_t c = 0; c < n_chunks; ++c) {
+        const uint16_t* chunk = w + ((g * n_chunks + c) * 16 + r) * kQK;
+        for (int j = 0; j < kQK; ++j) sum += widen(chunk[j]) * a.x[c * kQK + j];
+      }
+      a.y[16 * g + r] = sum;
+    }
+  }
+}
+
+void Widen16(DType wt, const uint8_t* w, int64_t n_chunks, float* out, int64_t out_stride) {
+  KVLLM_CHECK(wt == DType::kF16 || wt == DType::kBF16);
+  const auto widen = wt == DType::kF16 ? &F16ToF32 : &BF16ToF32;
+  const auto* h = reinterpret_cast<const uint16_t*>(w);
+  for (int64_t c = 0; c < n_chunks; ++c) {
+    for (int r = 0; r < 16; ++r, h += kQK) {
+      for (int j = 0; j < kQK; ++j) out[r * out_stride + c * kQK + j] = widen(h[j]);
+    }
+  }
+}
+
 void DotActTile(const ActTileArgs& a) {
   for (int64_t t = 0; t < a.n_tok; ++t) {
     for (int r = 0; r < a.n_rows; ++r) {
@@ -285,6 +315,8 @@ const LevelKernels& ScalarLevelKernels() {
       &DotTile,
       &DotRows,
       &DotActTile,
+      &DotRows16,
+      &Widen16,
       &DotAct16,
   };
   return kLevel;

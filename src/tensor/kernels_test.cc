@@ -776,6 +776,65 @@ TEST(MatMulTest, InterleavedWeightsMatchTheReferenceBitForBit) {
   }
 }
 
+// F16 and BF16 matrices stored 16 rows at a time: the reference reads them back in the rows'
+// order (the rows' bits); at every level prefill (n_tok > 1, dequantized slices across the
+// 1,024-column cache blocks at n_in 2080) gives the rows layout's bits and decode (n_tok 1,
+// the level's 16-row kernel) their product to within a dot's rounding. Several tasks and
+// groups (n_out 80), chunk counts odd and even.
+TEST(MatMulTest, InterleavedFloatWeightsMatchTheirRows) {
+  ThreadPool pool1(1);
+  ThreadPool pool2(2);
+  for (DType t : {DType::kF16, DType::kBF16}) {
+    for (int64_t n_out : {16, 80}) {
+      for (int64_t n_in : {32, 96, 2080}) {
+        std::vector<uint8_t> rows(RowBytes(t, n_in) * n_out), packed(rows.size());
+        std::vector<float> w_values(n_in * n_out);
+        const std::vector<float> w_src = RandomFloats(n_in * n_out, 62);
+        for (int64_t o = 0; o < n_out; ++o) {
+          QuantizeRow(t, w_src.data() + o * n_in, rows.data() + o * RowBytes(t, n_in), n_in);
+          DequantizeRow(t, rows.data() + o * RowBytes(t, n_in), w_values.data() + o * n_in,
+                        n_in);
+        }
+        InterleaveRows(t, rows.data(), n_out, n_in, packed.data());
+        if (n_in > 32) {  // one chunk a row is the rows' order
+          ASSERT_NE(packed, rows);
+        }
+        for (int64_t n_tok : {1, 15}) {
+          const std::vector<float> x = RandomFloats(n_tok * n_in, 63);
+          std::vector<float> want(n_tok * n_out), ref_packed(n_tok * n_out);
+          MatMul_ref(t, rows.data(), n_out, n_in, x.data(), n_tok, want.data());
+          MatMul_ref(t, packed.data(), n_out, n_in, x.data(), n_tok, ref_packed.data(),
+                     WeightLayout::kInterleaved16);
+          ASSERT_EQ(ref_packed, want) << DTypeName(t) << " n_in " << n_in;
+          for (const internal::LevelKernels* level : internal::AvailableLevelKernels()) {
+            for (ThreadPool* pool : {&pool1, &pool2}) {
+              const std::string what = std::string(SimdLevelName(level->set.level)) + " " +
+                                        DTypeName(t) + " n_out " + std::to_string(n_out) +
+                                        " n_in " + std::to_string(n_in) + " n_tok " +
+                                        std::to_string(n_tok);
+              std::vector<float> y(n_tok * n_out, std::nanf("")), by_rows(y);
+              internal::MatMulWith(*level, t, packed.data(), n_out, n_in, x.data(), n_tok,
+                                   y.data(), pool, WeightLayout::kInterleaved16);
+              if (n_tok > 1) {
+                internal::MatMulWith(*level, t, rows.data(), n_out, n_in, x.data(), n_tok,
+                                     by_rows.data(), pool);
+                ASSERT_EQ(y, by_rows) << what;
+                continue;
+              }
+              for (int64_t o = 0; o < n_out; ++o) {
+                const std::vector<float> w_row(w_values.begin() + o * n_in,
+                                               w_values.begin() + (o + 1) * n_in);
+                ASSERT_NEAR(y[o], want[o], DotTolerance(w_row, x.data(), n_in))
+                    << what << " y[" << o << "]";
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // The integer dot of an interleaved block is exact at the extremes of both operands (Q8_0
 // codes of -128 and 127, which the offset of 128 maps to 0 and 255, against ±127).
 TEST(MatMulTest, InterleavedQ8_0IsExactAtTheExtremes) {

@@ -153,6 +153,18 @@ void ActCodeSums(const BlockQ8Act* xq, int64_t n_blocks, int32_t* sums) {
 
 void InterleaveRows(DType t, const void* rows, int64_t n_out, int64_t n, void* out) {
   KVLLM_CHECK(n_out % 16 == 0 && n % kQK == 0);
+  if (t == DType::kF16 || t == DType::kBF16) {
+    const auto* in = static_cast<const uint16_t*>(rows);
+    auto* o = static_cast<uint16_t*>(out);
+    for (int64_t g = 0; g < n_out / 16; ++g) {
+      for (int64_t c = 0; c < n / kQK; ++c) {
+        for (int64_t r = 0; r < 16; ++r, o += kQK) {
+          std::copy_n(in + (g * 16 + r) * n + c * kQK, kQK, o);
+        }
+      }
+    }
+    return;
+  }
   if (t == DType::kQ8_0) {
     // Codes + 128: the unsigned operand of vpdpbusd (two's complement wraps -128..127 onto
     // 0..255 in order).

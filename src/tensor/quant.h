@@ -56,9 +56,12 @@ struct BlockQ8_0x16 {
 };
 static_assert(sizeof(BlockQ8_0x16) == 16 * sizeof(BlockQ8_0));
 
-// Rows interleaved 16 at a time: out holds n_out / 16 groups, each the n / 32 blocks of its
-// rows (BlockQ4_0x16 or BlockQ8_0x16), group after group. t is Q8_0 or Q4_0, n_out a multiple
-// of 16; `rows` is [n_out] rows of RowBytes(t, n) and `out` as many bytes.
+// Rows interleaved 16 at a time: out holds n_out / 16 groups, group after group, each
+//   Q8_0, Q4_0: the n / 32 blocks of its rows (BlockQ4_0x16 or BlockQ8_0x16);
+//   F16, BF16:  the n / 32 chunks of 32 columns of its rows, [chunk][row][32] elements: each
+//               row's chunk is one 64-byte line, and a group is read as one stream.
+// n_out and n are multiples of 16 and 32; `rows` is [n_out] rows of RowBytes(t, n) and `out`
+// as many bytes.
 void InterleaveRows(DType t, const void* rows, int64_t n_out, int64_t n, void* out);
 
 // An activation row quantized for the integer dot with Q8_0 and Q4_0 weights (llama.cpp does
