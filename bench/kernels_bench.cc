@@ -371,7 +371,7 @@ BENCHMARK(BM_Dot)
 // and in the model's layout.
 BENCHMARK(BM_MatMul)
     ->ArgNames({"dtype", "n_out", "n_in", "n_tok", "threads", "repack"})
-    ->ArgsProduct({{kF16}, {2048}, {2048, 5632}, {512}, {2}, {0, 1}})
+    ->ArgsProduct({{kF32, kF16, kBF16, kQ8_0, kQ4_0}, {2048}, {2048}, {1, 64}, {1, 2}, {0, 1}})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 
