@@ -728,6 +728,26 @@ TEST(MatMulTest, SharedProductsEqualSeparateOnes) {
   }
 }
 
+// A random [n_out][n_in] matrix of type t in rows, its values, and its rows interleaved 16 at
+// a time.
+struct PackedMatrix {
+  std::vector<uint8_t> rows;
+  std::vector<float> values;
+  std::vector<uint8_t> packed;
+};
+PackedMatrix RandomPackedMatrix(DType t, int64_t n_out, int64_t n_in, uint32_t seed) {
+  const size_t row_bytes = RowBytes(t, n_in);
+  PackedMatrix m{std::vector<uint8_t>(row_bytes * n_out), std::vector<float>(n_in * n_out),
+                 std::vector<uint8_t>(row_bytes * n_out)};
+  const std::vector<float> src = RandomFloats(n_in * n_out, seed);
+  for (int64_t o = 0; o < n_out; ++o) {
+    QuantizeRow(t, src.data() + o * n_in, m.rows.data() + o * row_bytes, n_in);
+    DequantizeRow(t, m.rows.data() + o * row_bytes, m.values.data() + o * n_in, n_in);
+  }
+  InterleaveRows(t, m.rows.data(), n_out, n_in, m.packed.data());
+  return m;
+}
+
 // Matrices stored 16 rows at a time: every level gives the reference's bits (one rounding
 // order for all), token by token whatever the batch, and the reference is the row layout's
 // product up to rounding. Odd block counts, several tasks, every prefill token tile (8, 4, 2,
@@ -738,15 +758,7 @@ TEST(MatMulTest, InterleavedWeightsMatchTheReferenceBitForBit) {
   for (DType t : kQ8ActTypes) {
     for (int64_t n_out : {16, 80}) {
       for (int64_t n_in : {32, 96, 2080}) {
-        std::vector<uint8_t> rows(RowBytes(t, n_in) * n_out), packed(rows.size());
-        std::vector<float> w_values(n_in * n_out);
-        const std::vector<float> w_src = RandomFloats(n_in * n_out, 60);
-        for (int64_t o = 0; o < n_out; ++o) {
-          QuantizeRow(t, w_src.data() + o * n_in, rows.data() + o * RowBytes(t, n_in), n_in);
-          DequantizeRow(t, rows.data() + o * RowBytes(t, n_in), w_values.data() + o * n_in,
-                        n_in);
-        }
-        InterleaveRows(t, rows.data(), n_out, n_in, packed.data());
+        const auto [rows, w_values, packed] = RandomPackedMatrix(t, n_out, n_in, 60);
         for (int64_t n_tok : {1, 15}) {
           const std::vector<float> x = RandomFloats(n_tok * n_in, 61);
           std::vector<float> want(n_tok * n_out), by_rows(n_tok * n_out);
@@ -787,15 +799,7 @@ TEST(MatMulTest, InterleavedFloatWeightsMatchTheirRows) {
   for (DType t : {DType::kF16, DType::kBF16}) {
     for (int64_t n_out : {16, 80}) {
       for (int64_t n_in : {32, 96, 2080}) {
-        std::vector<uint8_t> rows(RowBytes(t, n_in) * n_out), packed(rows.size());
-        std::vector<float> w_values(n_in * n_out);
-        const std::vector<float> w_src = RandomFloats(n_in * n_out, 62);
-        for (int64_t o = 0; o < n_out; ++o) {
-          QuantizeRow(t, w_src.data() + o * n_in, rows.data() + o * RowBytes(t, n_in), n_in);
-          DequantizeRow(t, rows.data() + o * RowBytes(t, n_in), w_values.data() + o * n_in,
-                        n_in);
-        }
-        InterleaveRows(t, rows.data(), n_out, n_in, packed.data());
+        const auto [rows, w_values, packed] = RandomPackedMatrix(t, n_out, n_in, 62);
         if (n_in > 32) {  // one chunk a row is the rows' order
           ASSERT_NE(packed, rows);
         }
