@@ -96,10 +96,11 @@ static_assert(kMatMatTaskRows % internal::kTileRows == 0);
 static_assert(kMatVecTaskRows % 16 == 0 && kMatMatTaskRows % 16 == 0);
 
 // Prefill cache blocking. A task works on a slice of kSliceCols input columns of its rows
-// (dequantized: 16 x 1024 f32 = 64 KiB, the 4-row tile in use 16 KiB, in L1) against a block
-// of kTokBlock tokens (64 x 4 KiB = 256 KiB of X, in L2), so each x vector fetched from L2 feeds
-// 4 rows and each w vector in L1 feeds 2 tokens, whatever n_in and n_tok are. Partial sums of
-// successive slices are added into Y. A slice boundary must not split a quant block.
+// (dequantized once: 16 x 1024 f32 = 64 KiB, the 4-row tile in use 16 KiB, in L1) against each
+// block of kTokBlock tokens in turn (64 x 4 KiB = 256 KiB of X, in L2), so each x vector fetched
+// from L2 feeds 4 rows and each w vector in L1 feeds 2 tokens, whatever n_in and n_tok are.
+// Partial sums of successive slices are added into Y. A slice boundary must not split a quant
+// block.
 constexpr int64_t kSliceCols = 1024;
 constexpr int64_t kTokBlock = 64;
 static_assert(kSliceCols % kQK == 0);
