@@ -98,7 +98,8 @@ struct DecodeWeights {
 DecodeWeights DecodeMatrices(DType t, int64_t rows, int64_t total_rows) {
   constexpr int64_t kIn = 2048;
   const size_t row_bytes = RowBytes(t, kIn);
-  DecodeWeights d{PrefersInterleaved(t, rows, kIn) ? WeightLayout::kInterleaved16 : WeightLayout::kRows,
+  const bool interleaved = PrefersInterleaved(t, rows, kIn);
+  DecodeWeights d{interleaved ? WeightLayout::kInterleaved16 : WeightLayout::kRows,
                   HugePageBuffer::Allocate(row_bytes * total_rows)};
   const std::vector<uint8_t> src = RandomRows(t, rows, kIn);  // repeated: speed needs no variety
   for (int64_t m0 = 0; m0 < total_rows; m0 += rows) {

@@ -84,7 +84,9 @@ Status Weights::Interleave(gguf::GgufFile& file) {
     }
   }
   if (!tied_output) moved.push_back(&output);
-  std::erase_if(moved, [](const Matrix* m) { return !PrefersInterleaved(m->type, m->n_out, m->n_in); });
+  std::erase_if(moved, [](const Matrix* m) {
+    return !PrefersInterleaved(m->type, m->n_out, m->n_in);
+  });
   size_t total = 0;
   for (const Matrix* m : moved) total += m->bytes();
   if (total == 0) return Status::Ok();

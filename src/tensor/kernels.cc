@@ -80,6 +80,12 @@ const internal::LevelKernels& LevelKernelsFor(SimdLevel level) {
   return internal::ScalarLevelKernels();
 }
 
+// Whether InterleaveRows can store a matrix [n_out][n_in] of type t, and MatMul read it so.
+bool Interleavable(DType t, int64_t n_out, int64_t n_in) {
+  const bool type = UsesQ8Activations(t) || t == DType::kF16 || t == DType::kBF16;
+  return type && n_out % 16 == 0 && n_in % kQK == 0;
+}
+
 const internal::LevelKernels& ActiveLevelKernels() {
   static const internal::LevelKernels& active = LevelKernelsFor(
       internal::ChooseSimdLevel(SupportedLevel(), std::getenv("KVLLM_SIMD")));
@@ -298,9 +304,7 @@ const char* SimdLevelName(SimdLevel level) {
 const KernelSet& Kernels() { return ActiveLevelKernels().set; }
 
 bool PrefersInterleaved(DType t, int64_t n_out, int64_t n_in) {
-  if (n_out % 16 != 0) return false;
-  const bool float16 = (t == DType::kF16 || t == DType::kBF16) && n_in % kQK == 0;
-  if (!UsesQ8Activations(t) && !float16) return false;
+  if (!Interleavable(t, n_out, n_in)) return false;
   switch (ActiveLevelKernels().set.level) {
     case SimdLevel::kAvx512:
       return true;
@@ -358,9 +362,7 @@ void internal::MatMulSharedWith(const LevelKernels& kernels, std::span<const Mat
     return o.layout == WeightLayout::kInterleaved16;
   };
   for (const MatMulOut& o : outs) {
-    KVLLM_CHECK(!interleaved(o) || (o.n_out % 16 == 0 && n_in % kQK == 0 &&
-                                    (quantized(o) || o.wt == DType::kF16 ||
-                                     o.wt == DType::kBF16)));
+    KVLLM_CHECK(!interleaved(o) || Interleavable(o.wt, o.n_out, n_in));
   }
   if (n_in > 0 && std::any_of(outs.begin(), outs.end(), quantized)) {
     const int64_t blocks = n_in / kQK;
@@ -426,10 +428,10 @@ void MatMul_ref(DType wt, const void* w, int64_t n_out, int64_t n_in, const floa
   const size_t row_bytes = RowBytes(wt, n_in);
   std::vector<BlockQ8Act> xq(UsesQ8Activations(wt) ? n_in / kQK : 0);
   std::vector<int32_t> xsum(xq.size());
+  KVLLM_CHECK(layout == WeightLayout::kRows || Interleavable(wt, n_out, n_in));
   for (int64_t t = 0; t < n_tok; ++t) {
     if (!xq.empty()) ref.quantize_act(x + t * n_in, xq.data(), n_in);
     if (layout == WeightLayout::kInterleaved16 && xq.empty()) {
-      KVLLM_CHECK(n_out % 16 == 0);
       // Each row summed in Dot's order: the bits the rows layout gives here.
       internal::ScalarLevelKernels().dot_rows16({
           .wt = wt,
@@ -442,7 +444,6 @@ void MatMul_ref(DType wt, const void* w, int64_t n_out, int64_t n_in, const floa
       continue;
     }
     if (layout == WeightLayout::kInterleaved16) {
-      KVLLM_CHECK(n_out % 16 == 0);
       ActCodeSums(xq.data(), static_cast<int64_t>(xq.size()), xsum.data());
       internal::ScalarLevelKernels().dot_act16({
           .wt = wt,

@@ -115,9 +115,9 @@ bool PrefersInterleaved(DType t, int64_t n_out, int64_t n_in);
 //   X: [n_tok][n_in] f32, Y: [n_tok][n_out] f32
 // Rows of W are split across the pool's threads. Float weights (f32, f16, bf16): with n_tok > 1
 // each row of W is dequantized once, a slice of columns at a time, and reused for all the
-// tokens (matrix x matrix), with n_tok == 1 it is a matrix x vector. Q8_0 and Q4_0 weights: each row
-// of X is quantized once (BlockQ8Act) and every output is one dot_act, whatever n_tok is, so
-// a token's result does not depend on the batch it came in; stored kInterleaved16, every
+// tokens (matrix x matrix), with n_tok == 1 it is a matrix x vector. Q8_0 and Q4_0 weights:
+// each row of X is quantized once (BlockQ8Act) and every output is one dot_act, whatever
+// n_tok is, so a token's result does not depend on the batch it came in; stored kInterleaved16, every
 // output is the same sum block by block, acc = fma(f32(integer dot) * d_w, d_x, acc), which
 // rounds differently from kRows's. F16 and BF16 stored kInterleaved16 give kRows's result
 // with n_tok > 1 and a dot's rounding of it with n_tok == 1. After a thread's first call
