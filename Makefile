@@ -79,7 +79,7 @@ bench: build
 	BUILD=$(BUILD) bash bench/core_benchmarks.sh
 
 # The roofline tables of docs/performance.md (about 20 minutes: writes three 0.6-2.2 GB
-# TinyLlama-shaped models; prefills 4096 tokens twice). Re-run after a kernel change.
+# TinyLlama-shaped models; 12 depth runs each prefill 4096 tokens). Re-run after a kernel change.
 bench-perf: build
 	BUILD=$(BUILD) bash bench/performance.sh --update-doc
 

@@ -8,13 +8,14 @@
 #   decode at depth 1 and $DEPTH (default 4096) with f16 and q8_0 KV and Q4_0 weights, then f16
 #     KV with Q8_0 and F16 weights: attention at depth costs the same milliseconds whatever the
 #     weights, so its share of a step is largest with the fastest step, Q4_0's
-#     (-r $DEPTH_REPS, default 1: every run prefills $DEPTH tokens first, minutes on 2 cores;
+#     ($DEPTH_REPS runs of each, default 3, the four in turn: every run prefills $DEPTH tokens
+#     first, minutes on 2 cores;
 #     $DEPTH_STEPS timed steps a run, default 32: a second of decode against half a minute of
 #     prefill, where 8 steps, a fifth of a second, moved by 20% between runs)
 # Every run reads the weights into huge pages (--no-mmap), kvllm's fastest way to run.
 #
 # Usage: bench/performance.sh [--update-doc]
-#   env: BUILD (build), THREADS (2), REPS (3), DEPTH (4096), DEPTH_REPS (1), DEPTH_STEPS (32),
+#   env: BUILD (build), THREADS (2), REPS (3), DEPTH (4096), DEPTH_REPS (3), DEPTH_STEPS (32),
 #        MODELS ($BUILD/models)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,7 +23,7 @@ build=${BUILD:-build}
 threads=${THREADS:-2}
 reps=${REPS:-3}
 depth=${DEPTH:-4096}
-depth_reps=${DEPTH_REPS:-1}
+depth_reps=${DEPTH_REPS:-3}
 depth_steps=${DEPTH_STEPS:-32}
 models=${MODELS:-$build/models}
 update_doc=0
@@ -46,21 +47,27 @@ for t in f16 q8_0 q4_0; do
     --no-depths --no-mmap --json > "$out/pp-tg-$t.json"
 done
 depth_runs="q4_0:f16 q4_0:q8_0 q8_0:f16 f16:f16"  # weights:KV
-for run in $depth_runs; do
-  t=${run%:*} kv=${run#*:}
-  echo "performance: decode at depth 1 and $depth, $t weights, $kv KV" >&2
-  # -p 1 -n 1: the pp/tg rows of these runs are not part of the table.
-  "$kvllm" bench -m "$models/tinyllama-random-$t.gguf" -t "$threads" -p 1 -n 1 \
-    -r "$depth_reps" --depths "1,$depth" --depth-steps "$depth_steps" --cache-only \
-    -ctk "$kv" -ctv "$kv" \
-    --no-mmap --json > "$out/depth-$t-$kv.json"
+# One run of each in turn, $depth_reps times: f16 and q8_0 KV are compared at the same minutes
+# of the shared machine's bandwidth, not one's runs all before the other's.
+rm -f "$out"/depth-*.json
+for rep in $(seq "$depth_reps"); do
+  for run in $depth_runs; do
+    t=${run%:*} kv=${run#*:}
+    echo "performance: decode at depth 1 and $depth, $t weights, $kv KV ($rep/$depth_reps)" >&2
+    # -p 1 -n 1: the pp/tg rows of these runs are not part of the table.
+    "$kvllm" bench -m "$models/tinyllama-random-$t.gguf" -t "$threads" -p 1 -n 1 \
+      -r 1 --depths "1,$depth" --depth-steps "$depth_steps" --cache-only \
+      -ctk "$kv" -ctv "$kv" \
+      --no-mmap --json > "$out/depth-$t-$kv-$rep.json"
+  done
 done
 
-$py - "$out" "$update_doc" "$depth_runs" <<'PY'
-import datetime, json, os, re, sys
+$py - "$out" "$update_doc" "$depth_runs" "$depth_reps" <<'PY'
+import datetime, json, os, re, statistics, sys
 
 out, update_doc = sys.argv[1], sys.argv[2] == "1"
 depth_runs = [run.split(":") for run in sys.argv[3].split()]
+depth_reps = int(sys.argv[4])
 load = lambda name: json.load(open(os.path.join(out, name)))
 lines = []
 p = lines.append
@@ -109,22 +116,32 @@ p("```")
 p("")
 p("### Decode at depth")
 p("")
-p("| weights | KV | depth | ms/token (median) | tokens/s | vs depth 1 (paired runs) | limit tokens/s | % of limit | bytes/token | KV share | ceiling |")
-p("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
-commands = []
+p("| weights | KV | depth | ms/token (median) | ms added by depth | tokens/s | vs depth 1 (paired runs) | limit tokens/s | % of limit | bytes/token | KV share | ceiling |")
+p("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+commands = [f"# each of these {depth_reps} times, one run of each in turn (bench/performance.sh); "
+            "each figure is the median over the runs"]
 for t, kv in depth_runs:
-    name = f"depth-{t}-{kv}.json"
-    path = os.path.join(out, name)
-    if not os.path.exists(path) or not os.path.getsize(path):
-        continue  # that run failed or was stopped
-    j = load(name)
+    runs = []
+    for rep in range(1, depth_reps + 1):
+        path = os.path.join(out, f"depth-{t}-{kv}-{rep}.json")
+        if os.path.exists(path) and os.path.getsize(path):
+            runs.append(json.load(open(path)))  # a run that failed or was stopped is left out
+    if not runs:
+        continue
+    j = runs[0]
     commands.append(j["command"])
     weights = j["weight_bytes_per_token"]
-    for r in j["depth"]:
+    for i in range(len(j["depth"])):
+        # Every numeric field the median over the runs; the ratios are each run's own (its
+        # depth rows against its own depth-1 row), as kvllm bench does within one run.
+        r = {key: statistics.median(run["depth"][i][key] for run in runs)
+             for key, value in j["depth"][i].items() if isinstance(value, (int, float))}
+        added = statistics.median(run["depth"][i]["cached_ms_per_token"] -
+                                  run["depth"][0]["cached_ms_per_token"] for run in runs)
         bw = r["read_bytes_per_s"]
         b = r["bytes_per_token"]
-        p(f"| {j['weight_type']} | {kv} | {r['depth']} | {r['cached_ms_per_token']:.2f} | "
-          f"{r['cached_tokens_per_s']:.2f} | {100 * (r['cached_vs_first_depth'] - 1):+.1f}% | "
+        p(f"| {j['weight_type']} | {kv} | {int(r['depth'])} | {r['cached_ms_per_token']:.2f} | "
+          f"{added:+.2f} | {r['cached_tokens_per_s']:.2f} | {100 * (r['cached_vs_first_depth'] - 1):+.1f}% | "
           f"{r['cached_limit_tokens_per_s']:.2f} | "
           f"{100 * r['cached_fraction_of_limit']:.1f}% | {b / 2**20:.1f} MiB | "
           f"{100 * (b - weights) / b:.1f}% | {bw / 1e9:.2f} GB/s |")
