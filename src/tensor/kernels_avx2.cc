@@ -877,12 +877,12 @@ float DotAct(DType t, const void* row, const BlockQ8Act* xq, int64_t n) {
 // madd by ones sums the pairs, which is the lane's exact 4-term dot.
 struct Q4_0x8Codes {
   static constexpr int64_t kBlockBytes = sizeof(BlockQ4_0x16);
-  // The nibbles, code + 8 (unsigned).
-  static void Load(const uint8_t* block, int h, __m256i c[8]) {
-    const auto* b = reinterpret_cast<const BlockQ4_0x16*>(block);
+  // The nibbles of a block's qs, code + 8 (unsigned).
+  static void Load(const uint8_t* qs, int h, __m256i c[8]) {
     const __m256i low = _mm256_set1_epi8(0x0f);
     for (int j = 0; j < 4; ++j) {
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b->qs[j][8 * h]));
+      const auto* line = reinterpret_cast<const __m256i*>(qs + 64 * j + 32 * h);
+      const __m256i v = _mm256_loadu_si256(line);
       c[j] = _mm256_and_si256(v, low);
       c[4 + j] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
     }
@@ -907,16 +907,15 @@ struct Q4_0x8Codes {
 template <class Codes, int T>
 void Act8Half(const Act16Args& a, int64_t g, int h, int64_t t0) {
   const int64_t nb = a.n / kQK;
-  const uint8_t* group = a.w + g * nb * Codes::kBlockBytes;
+  const Interleaved16Layout layout{nb, Codes::kBlockBytes};
+  const uint8_t* group = a.w + g * layout.GroupBytes();
   __m256 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* block = group + b * Codes::kBlockBytes;
     __m256i c[8];
-    Codes::Load(block, h, c);
-    // The group's 16 f16 scales open the block.
-    const __m256 dw = _mm256_cvtph_ps(
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 16 * h)));
+    Codes::Load(group + layout.QsOffset(b), h, c);
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(
+        reinterpret_cast<const __m128i*>(group + layout.ScaleOffset(b) + 16 * h)));
     for (int t = 0; t < T; ++t) {
       const int64_t at = (t0 + t) * a.xq_stride + b;
       const BlockQ8Act& x = a.xq[at];

@@ -941,21 +941,20 @@ float DotAct(DType t, const void* row, const BlockQ8Act* xq, int64_t n) {
   return DotActBlocks<Q4_0Ints>(row, xq, n);
 }
 
-// The codes of one interleaved block as 8 vectors: vector j holds the 16 rows' quads that
-// meet the activations' quad j (codes 4j .. 4j + 3), each code plus kOffset, unsigned, and
-// vectors 4 .. 7 times 2^kHighShift.
+// The codes of one interleaved block (its qs) as 8 vectors: vector j holds the 16 rows' quads
+// that meet the activations' quad j (codes 4j .. 4j + 3), each code plus kOffset, unsigned,
+// and vectors 4 .. 7 times 2^kHighShift.
 struct Q4_0x16Codes {
   static constexpr int kOffset = 8;
   // The high nibbles stay in place, 16 times their value (one AND a line instead of a shift
   // and an AND); the high chain's sum, a multiple of 16, is shifted back exactly.
   static constexpr int kHighShift = 4;
   static constexpr int64_t kBlockBytes = sizeof(BlockQ4_0x16);
-  static void Load(const uint8_t* block, __m512i c[8]) {
-    const auto* b = reinterpret_cast<const BlockQ4_0x16*>(block);
+  static void Load(const uint8_t* qs, __m512i c[8]) {
     const __m512i low = _mm512_set1_epi8(0x0f);
     const __m512i high = _mm512_set1_epi8(static_cast<char>(0xf0));
     for (int j = 0; j < 4; ++j) {
-      __m512i v = _mm512_loadu_si512(b->qs[j]);
+      __m512i v = _mm512_loadu_si512(qs + 64 * j);
       // In a register: GCC would fold the load into both ANDs and load the line twice, and
       // the loads bound this loop more than the multiplies do.
       __asm__("" : "+v"(v));
@@ -969,9 +968,8 @@ struct Q8_0x16Codes {
   static constexpr int kOffset = 128;
   static constexpr int kHighShift = 0;
   static constexpr int64_t kBlockBytes = sizeof(BlockQ8_0x16);
-  static void Load(const uint8_t* block, __m512i c[8]) {
-    const auto* b = reinterpret_cast<const BlockQ8_0x16*>(block);
-    for (int j = 0; j < 8; ++j) c[j] = _mm512_loadu_si512(b->qs[j]);
+  static void Load(const uint8_t* qs, __m512i c[8]) {
+    for (int j = 0; j < 8; ++j) c[j] = _mm512_loadu_si512(qs + 64 * j);
   }
 };
 
@@ -982,35 +980,53 @@ __m512i BroadcastQuad(const BlockQ8Act& x, int j) {
   return _mm512_set1_epi32(quad);
 }
 
+// Block b of a group (its qs, and its 16 scales in dw) against T tokens from t0, into acc.
+// Inlined: called three times in Act16Group, it would otherwise keep acc in memory.
+template <class Codes, int T>
+[[gnu::always_inline]] inline void Act16Block(const Act16Args& a, int64_t b, const uint8_t* qs,
+                                              __m512 dw, int64_t t0, __m512 acc[T]) {
+  __m512i c[8];
+  Codes::Load(qs, c);
+  for (int t = 0; t < T; ++t) {
+    const int64_t at = (t0 + t) * a.xq_stride + b;
+    const BlockQ8Act& x = a.xq[at];
+    // Two chains of four, started at -offset * the codes' sum, which the offset added.
+    __m512i lo = _mm512_set1_epi32(-Codes::kOffset * a.xsum[at]);
+    __m512i hi = _mm512_setzero_si512();
+    for (int j = 0; j < 4; ++j) {
+      lo = _mm512_dpbusd_epi32(lo, c[j], BroadcastQuad(x, j));
+      hi = _mm512_dpbusd_epi32(hi, c[4 + j], BroadcastQuad(x, 4 + j));
+    }
+    if (Codes::kHighShift != 0) hi = _mm512_srai_epi32(hi, Codes::kHighShift);
+    const __m512 s = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(lo, hi)), dw);
+    acc[t] = _mm512_fmadd_ps(s, _mm512_set1_ps(x.d), acc[t]);
+  }
+}
+
 // One group of 16 interleaved rows against T tokens from t0: each block's codes are unpacked
-// once for the T tokens, and each row's sum stays in its own lane (the contract's order).
+// once for the T tokens, and each row's sum stays in its own lane (the contract's order). A
+// pair of blocks opens with one line of both blocks' scales (Interleaved16Layout).
 template <class Codes, int T>
 void Act16Group(const Act16Args& a, int64_t g, int64_t t0) {
+  constexpr int64_t kScaleBytes = Interleaved16Layout::kScaleBytes;
+  constexpr int64_t kQsBytes = Codes::kBlockBytes - kScaleBytes;
   const int64_t nb = a.n / kQK;
   const uint8_t* group = a.w + g * nb * Codes::kBlockBytes;
   __m512 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* block = group + b * Codes::kBlockBytes;
-    __m512i c[8];
-    Codes::Load(block, c);
-    // The 16 f16 scales open the block.
-    const __m512 dw =
-        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(block)));
-    for (int t = 0; t < T; ++t) {
-      const int64_t at = (t0 + t) * a.xq_stride + b;
-      const BlockQ8Act& x = a.xq[at];
-      // Two chains of four, started at -offset * the codes' sum, which the offset added.
-      __m512i lo = _mm512_set1_epi32(-Codes::kOffset * a.xsum[at]);
-      __m512i hi = _mm512_setzero_si512();
-      for (int j = 0; j < 4; ++j) {
-        lo = _mm512_dpbusd_epi32(lo, c[j], BroadcastQuad(x, j));
-        hi = _mm512_dpbusd_epi32(hi, c[4 + j], BroadcastQuad(x, 4 + j));
-      }
-      if (Codes::kHighShift != 0) hi = _mm512_srai_epi32(hi, Codes::kHighShift);
-      const __m512 s = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(lo, hi)), dw);
-      acc[t] = _mm512_fmadd_ps(s, _mm512_set1_ps(x.d), acc[t]);
-    }
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    const uint8_t* pair = group + b * Codes::kBlockBytes;
+    const __m512i d = _mm512_loadu_si512(pair);
+    const uint8_t* qs = pair + 2 * kScaleBytes;
+    Act16Block<Codes, T>(a, b, qs, _mm512_cvtph_ps(_mm512_castsi512_si256(d)), t0, acc);
+    Act16Block<Codes, T>(a, b + 1, qs + kQsBytes,
+                         _mm512_cvtph_ps(_mm512_extracti64x4_epi64(d, 1)), t0, acc);
+  }
+  if (b < nb) {
+    const uint8_t* last = group + b * Codes::kBlockBytes;
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(last)));
+    Act16Block<Codes, T>(a, b, last + kScaleBytes, dw, t0, acc);
   }
   for (int t = 0; t < T; ++t) _mm512_storeu_ps(a.y + (t0 + t) * a.y_stride + 16 * g, acc[t]);
 }

@@ -216,26 +216,28 @@ float DotAct(DType t, const void* row, const BlockQ8Act* xq, int64_t n) {
   return sum;
 }
 
-// Row r's integers and scale in an interleaved block, as they were before the interleaving.
-void Block16Ints(DType t, const uint8_t* block, int r, int w[kQK], float* d) {
-  if (t == DType::kQ8_0) {
-    const auto* b = reinterpret_cast<const BlockQ8_0x16*>(block);
-    for (int j = 0; j < kQK; ++j) w[j] = b->qs[j / 4][r][j % 4] - 128;
-    *d = F16ToF32(b->d[r]);
-    return;
+// Row r's integers and scale in block b of an interleaved group, as they were before the
+// interleaving.
+void Block16Ints(DType t, const uint8_t* group, const Interleaved16Layout& layout, int64_t b,
+                 int r, int w[kQK], float* d) {
+  const uint8_t* qs = group + layout.QsOffset(b);
+  uint16_t scale;
+  std::memcpy(&scale, group + layout.ScaleOffset(b) + 2 * r, sizeof(scale));
+  *d = F16ToF32(scale);
+  for (int j = 0; j < kQK; ++j) {
+    if (t == DType::kQ8_0) {
+      w[j] = qs[64 * (j / 4) + 4 * r + j % 4] - 128;
+    } else if (j < kQK / 2) {
+      const uint8_t q = qs[64 * (j / 4) + 4 * r + j % 4];
+      w[j] = (q & 0x0f) - 8;
+      w[j + kQK / 2] = (q >> 4) - 8;
+    }
   }
-  const auto* b = reinterpret_cast<const BlockQ4_0x16*>(block);
-  for (int j = 0; j < kQK / 2; ++j) {
-    const uint8_t q = b->qs[j / 4][r][j % 4];
-    w[j] = (q & 0x0f) - 8;
-    w[j + kQK / 2] = (q >> 4) - 8;
-  }
-  *d = F16ToF32(b->d[r]);
 }
 
 void DotAct16(const Act16Args& a) {
   const int64_t nb = a.n / kQK;
-  const size_t block_bytes = 16 * BlockBytes(a.wt);
+  const Interleaved16Layout layout{nb, static_cast<int64_t>(16 * BlockBytes(a.wt))};
   for (int64_t g = 0; g < a.n_groups; ++g) {
     for (int64_t t = 0; t < a.n_tok; ++t) {
       for (int r = 0; r < 16; ++r) {
@@ -243,7 +245,7 @@ void DotAct16(const Act16Args& a) {
         for (int64_t b = 0; b < nb; ++b) {
           int w[kQK];
           float d;
-          Block16Ints(a.wt, a.w + (g * nb + b) * block_bytes, r, w, &d);
+          Block16Ints(a.wt, a.w + g * layout.GroupBytes(), layout, b, r, w, &d);
           const BlockQ8Act& x = a.xq[t * a.xq_stride + b];
           int32_t isum = 0;
           for (int j = 0; j < kQK; ++j) isum += w[j] * x.qs[j];

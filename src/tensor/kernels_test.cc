@@ -750,14 +750,14 @@ PackedMatrix RandomPackedMatrix(DType t, int64_t n_out, int64_t n_in, uint32_t s
 
 // Matrices stored 16 rows at a time: every level gives the reference's bits (one rounding
 // order for all), token by token whatever the batch, and the reference is the row layout's
-// product up to rounding. Odd block counts, several tasks, every prefill token tile (8, 4, 2,
-// 1).
+// product up to rounding. Block counts odd (a last block outside the pairs) and even, several
+// tasks, every prefill token tile (8, 4, 2, 1).
 TEST(MatMulTest, InterleavedWeightsMatchTheReferenceBitForBit) {
   ThreadPool pool1(1);
   ThreadPool pool2(2);
   for (DType t : kQ8ActTypes) {
     for (int64_t n_out : {16, 80}) {
-      for (int64_t n_in : {32, 96, 2080}) {
+      for (int64_t n_in : {32, 64, 96, 2080}) {
         const auto [rows, w_values, packed] = RandomPackedMatrix(t, n_out, n_in, 60);
         for (int64_t n_tok : {1, 15}) {
           const std::vector<float> x = RandomFloats(n_tok * n_in, 61);

@@ -116,24 +116,26 @@ void DequantizeRow(DType t, const void* row, float* y, int64_t n) {
 
 namespace {
 
-// Groups of 16 rows of nb blocks each (`rows`) into groups of nb interleaved blocks, every byte
-// of the codes plus `offset`.
+// Groups of 16 rows of nb blocks each (`rows`) into groups of nb interleaved blocks laid out
+// as Interleaved16Layout says, every byte of the codes plus `offset`.
 template <class Block, class Block16>
 void InterleaveBlocks(const void* rows, int64_t n_out, int64_t n, void* out, uint8_t offset) {
   const auto* in = static_cast<const Block*>(rows);
-  auto* o = static_cast<Block16*>(out);
   const int64_t nb = n / kQK;
+  const Interleaved16Layout layout{nb, sizeof(Block16)};
   constexpr int kQuads = sizeof(Block16::qs) / sizeof(Block16::qs[0]);
   for (int64_t g = 0; g < n_out / 16; ++g) {
+    auto* group = static_cast<uint8_t*>(out) + g * layout.GroupBytes();
     for (int64_t b = 0; b < nb; ++b) {
-      Block16& dst = o[g * nb + b];
+      auto* d = reinterpret_cast<uint16_t*>(group + layout.ScaleOffset(b));
+      uint8_t* qs = group + layout.QsOffset(b);
       for (int r = 0; r < 16; ++r) {
         const Block& src = in[(g * 16 + r) * nb + b];
-        dst.d[r] = src.d;
+        d[r] = src.d;
         for (int j = 0; j < kQuads; ++j) {
           for (int i = 0; i < 4; ++i) {
             const auto code = static_cast<uint8_t>(src.qs[4 * j + i]);
-            dst.qs[j][r][i] = static_cast<uint8_t>(code + offset);
+            qs[64 * j + 4 * r + i] = static_cast<uint8_t>(code + offset);
           }
         }
       }

@@ -43,7 +43,8 @@ static_assert(sizeof(BlockQ4_0) == 18);
 //   Q4_0x16: qs[j][r] = row r's qs[4j .. 4j + 3] (their low nibbles are elements 4j .. 4j + 3,
 //            their high nibbles elements 4j + 16 .. 4j + 19).
 //   Q8_0x16: qs[j][r] = row r's codes 4j .. 4j + 3 plus 128, unsigned as vpdpbusd wants them.
-// Same size as the 16 blocks they come from.
+// Same size as the 16 blocks they come from. A group's blocks are not an array of these: their
+// d and qs lie as Interleaved16Layout says.
 struct BlockQ4_0x16 {
   uint16_t d[16];
   uint8_t qs[kQK / 8][16][4];
@@ -56,8 +57,28 @@ struct BlockQ8_0x16 {
 };
 static_assert(sizeof(BlockQ8_0x16) == 16 * sizeof(BlockQ8_0));
 
+// Where the blocks of an interleaved group lie: in pairs, blocks 2p and 2p + 1 as both blocks'
+// 16 scales (one 64-byte line), then block 2p's qs, then block 2p + 1's; the last block of an
+// odd count as its scales, then its qs. A block is 288 (Q4_0) or 544 (Q8_0) bytes, 32 past a
+// multiple of the line: one after another, every other block's 64-byte rows of qs would
+// straddle two lines (a group of an even count starts on a line, and so does each pair).
+struct Interleaved16Layout {
+  static constexpr int64_t kScaleBytes = 32;
+  int64_t nb;           // blocks per group
+  int64_t block_bytes;  // sizeof(BlockQ4_0x16) or sizeof(BlockQ8_0x16)
+  int64_t GroupBytes() const { return nb * block_bytes; }
+  // Offsets from the group's first byte.
+  int64_t ScaleOffset(int64_t b) const { return (b & ~1) * block_bytes + (b & 1) * kScaleBytes; }
+  int64_t QsOffset(int64_t b) const {
+    const int64_t blocks_in_pair = (b | 1) < nb ? 2 : 1;
+    return (b & ~1) * block_bytes + blocks_in_pair * kScaleBytes +
+           (b & 1) * (block_bytes - kScaleBytes);
+  }
+};
+
 // Rows interleaved 16 at a time: out holds n_out / 16 groups, group after group, each
-//   Q8_0, Q4_0: the n / 32 blocks of its rows (BlockQ4_0x16 or BlockQ8_0x16);
+//   Q8_0, Q4_0: the n / 32 blocks of its rows (BlockQ4_0x16 or BlockQ8_0x16's bytes, placed
+//               as Interleaved16Layout says);
 //   F16, BF16:  the n / 32 chunks of 32 columns of its rows, [chunk][row][32] elements: each
 //               row's chunk is one 64-byte line, and a group is read as one stream.
 // n_out and n are multiples of 16 and 32; `rows` is [n_out] rows of RowBytes(t, n) and `out`

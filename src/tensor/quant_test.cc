@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -319,6 +320,29 @@ TEST(QuantTest, ActCodeSumsAddEachBlocksCodes) {
   std::vector<int32_t> sums(4, 7);
   ActCodeSums(xq.data(), 3, sums.data());
   EXPECT_EQ(sums, (std::vector<int32_t>{496, -127 * kQK, 496 - 2 * kQK, 7}));
+}
+
+// A group's blocks fill its bytes exactly once, scales then qs per pair, and with an even
+// count (or before the last block of an odd one) every 64-byte row of qs is one cache line.
+TEST(InterleaveTest, PairedBlocksTileTheGroupWithAlignedRows) {
+  for (int64_t block_bytes : {sizeof(BlockQ4_0x16), sizeof(BlockQ8_0x16)}) {
+    for (int64_t nb : {1, 2, 3, 64, 65}) {
+      const Interleaved16Layout layout{nb, block_bytes};
+      std::vector<int> uses(layout.GroupBytes());
+      for (int64_t b = 0; b < nb; ++b) {
+        const int64_t d = layout.ScaleOffset(b), qs = layout.QsOffset(b);
+        for (int64_t i = 0; i < Interleaved16Layout::kScaleBytes; ++i) ++uses.at(d + i);
+        for (int64_t i = 0; i < block_bytes - Interleaved16Layout::kScaleBytes; ++i) {
+          ++uses.at(qs + i);
+        }
+        if (b + 1 < nb || nb % 2 == 0) {
+          EXPECT_EQ(qs % 64, 0) << "block " << b << " of " << nb;
+        }
+      }
+      EXPECT_EQ(std::count(uses.begin(), uses.end(), 1), layout.GroupBytes())
+          << block_bytes << " bytes a block, " << nb << " blocks";
+    }
+  }
 }
 
 }  // namespace
