@@ -8,8 +8,10 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kv/attention.h"
@@ -348,9 +350,16 @@ void BM_AttentionStep(benchmark::State& state) {
   state.SetLabel(std::string(name) + "/" + SimdLevelName(Kernels().level));
 }
 
-// Overhead of one ParallelFor with trivial tasks. Args: threads.
+// Overhead of one ParallelFor with trivial tasks. Args: threads, and whether a second pool
+// (as a second engine or the bench's bandwidth probe) sits idle beside it, its worker asleep.
 void BM_ParallelFor(benchmark::State& state) {
   ThreadPool pool(static_cast<int>(state.range(0)));
+  std::optional<ThreadPool> idle;
+  if (state.range(1) != 0) {
+    idle.emplace(2);
+    idle->ParallelFor(2, [](int64_t, int) {});
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // past its workers' spin
+  }
   std::vector<int64_t> sink(64 * pool.size());
   for (auto _ : state) {
     pool.ParallelFor(16, [&](int64_t task, int thread) { sink[64 * thread] += task; });
@@ -398,7 +407,10 @@ BENCHMARK(BM_AttentionStep)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
-BENCHMARK(BM_ParallelFor)->ArgNames({"threads"})->Arg(1)->Arg(2)->UseRealTime();
+BENCHMARK(BM_ParallelFor)
+    ->ArgNames({"threads", "idle_pool"})
+    ->ArgsProduct({{1, 2}, {0, 1}})
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace kvllm

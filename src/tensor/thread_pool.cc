@@ -92,7 +92,8 @@ struct ThreadPool::Impl {
         if (Steal(thread, r.job)) continue;
         // Counted once, on the way out: a count per claim moved the line between the cores
         // every few tasks, a locked instruction each time in the middle of a stream of reads.
-        if (ran > 0 && tasks_done.fetch_add(ran) + ran == n_tasks.load()) {
+        if (ran > 0 && tasks_done.fetch_add(ran) + ran == n_tasks.load() &&
+            caller_asleep.load()) {
           tasks_done.notify_one();
         }
         return;
@@ -141,7 +142,11 @@ struct ThreadPool::Impl {
   void WorkerMain(int thread) {
     uint32_t seen = 0;
     for (;;) {
-      if (!SpinUntil([&] { return wake.load() != seen; })) wake.wait(seen);
+      if (!SpinUntil([&] { return wake.load() != seen; })) {
+        asleep.fetch_add(1);
+        wake.wait(seen);
+        asleep.fetch_sub(1);
+      }
       seen = wake.load();
       if (stop.load()) return;
       RunTasks(thread);
@@ -163,6 +168,15 @@ struct ThreadPool::Impl {
   std::vector<Share> shares;
   alignas(64) std::atomic<int64_t> tasks_done{0};
   alignas(64) std::atomic<uint32_t> wake{0};  // bumped once per job; sleepers wait on it
+  // Who may be asleep in wait(). std::atomic's notify makes a futex call whenever any thread
+  // of the process waits on an address of the same hash bucket, and libstdc++ puts every
+  // 64-byte-aligned address in one bucket: one sleeping worker of another pool (a second
+  // engine, the bench's probe) cost every job of this one two system calls. A notify happens
+  // only where one of these is set; each is set before its wait() reads the value it waits
+  // on, and the notifier changes that value before reading these (all sequentially
+  // consistent), so a sleeper is never missed.
+  std::atomic<int> asleep{0};  // workers
+  std::atomic<bool> caller_asleep{false};
 };
 
 ThreadPool::ThreadPool(int n_threads) {
@@ -213,10 +227,12 @@ void ThreadPool::ParallelFor(int64_t n_tasks,
     p.shares[t].word.store(Pack(p.job, n_tasks * t / p.size, n_tasks * (t + 1) / p.size));
   }
   p.wake.fetch_add(1);
-  p.wake.notify_all();  // a no-op unless some worker is asleep
+  if (p.asleep.load() > 0) p.wake.notify_all();
   p.RunTasks(0);
   if (!SpinUntil([&] { return p.tasks_done.load() == n_tasks; })) {
+    p.caller_asleep.store(true);
     for (int64_t done; (done = p.tasks_done.load()) != n_tasks;) p.tasks_done.wait(done);
+    p.caller_asleep.store(false);
   }
 }
 

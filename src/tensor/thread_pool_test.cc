@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -123,14 +124,22 @@ TEST(ThreadPoolTest, ManyConsecutiveCallsComplete) {
 }
 
 TEST(ThreadPoolTest, CallsAfterWorkersFellAsleep) {
-  // Long enough gaps that the workers stop polling and block in the kernel.
+  // Long enough gaps that the workers stop polling and block in the kernel; each call's
+  // tasks take long enough that a woken worker gets some (the caller would run them all
+  // alone if the worker were never woken).
   ThreadPool pool(2);
+  std::atomic<int> on_worker{0};
   for (int call = 0; call < 5; ++call) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
     std::atomic<int> count{0};
-    pool.ParallelFor(8, [&](int64_t, int) { count.fetch_add(1); });
+    pool.ParallelFor(8, [&](int64_t, int thread) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      count.fetch_add(1);
+      if (thread == 1) on_worker.fetch_add(1);
+    });
     EXPECT_EQ(count.load(), 8);
   }
+  EXPECT_GT(on_worker.load(), 0);
 }
 
 TEST(ThreadPoolTest, WaitsForSlowTasksOnOtherThreads) {
@@ -143,6 +152,30 @@ TEST(ThreadPoolTest, WaitsForSlowTasksOnOtherThreads) {
       finished[task] = true;
     });
     for (const auto& f : finished) EXPECT_TRUE(f.load());
+  }
+}
+
+TEST(ThreadPoolTest, CallsAtGapsAroundThePollingTimeComplete) {
+  // Gaps and tasks near the 50 us a thread polls before it sleeps, so that workers and the
+  // caller keep falling asleep just as they are woken; with a second pool asleep beside
+  // this one, whose waits share this one's futex bucket in the standard library.
+  ThreadPool other(2);
+  other.ParallelFor(2, [](int64_t, int) {});
+  ThreadPool pool(2);
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> us(0, 120);
+  for (int call = 0; call < 400; ++call) {
+    const auto gap = std::chrono::microseconds(us(rng));
+    const auto start = std::chrono::steady_clock::now();
+    while (std::chrono::steady_clock::now() - start < gap) {
+    }
+    const auto work = std::chrono::microseconds(us(rng));
+    std::atomic<int> count{0};
+    pool.ParallelFor(4, [&](int64_t task, int) {
+      if (task == 3) std::this_thread::sleep_for(work);
+      count.fetch_add(1);
+    });
+    ASSERT_EQ(count.load(), 4);
   }
 }
 
