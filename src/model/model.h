@@ -117,7 +117,9 @@ class Model {
   std::vector<float> attn_;    // [n_tok][n_head][head_dim]
   std::vector<float> gate_;    // [n_tok][n_ff]
   std::vector<float> up_;      // [n_tok][n_ff]
-  std::vector<float> att_scratch_;  // [n_threads][AttentionScratchFloats + n_group*head_dim]
+  std::vector<float> rope_cs_;  // [n_tok][n_rot] each token's RoPE cosines and sines
+  // [n_threads][AttentionScratchFloats + n_group * head_dim + n_rot]
+  std::vector<float> att_scratch_;
   int64_t att_scratch_stride_ = 0;
   std::vector<float> att_parts_;  // flash-decoding parts, AttentionPartFloats each
   // Phases of the current batch: rows of phase p are phase_rows_[phase_begin_[p], [p + 1]).
