@@ -133,7 +133,7 @@ TEST(ThreadPoolTest, CallsAfterWorkersFellAsleep) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
     std::atomic<int> count{0};
     pool.ParallelFor(8, [&](int64_t, int thread) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));  // 16 ms a call, alone
       count.fetch_add(1);
       if (thread == 1) on_worker.fetch_add(1);
     });
