@@ -968,7 +968,7 @@ struct Q4_0x16Codes {
 
 struct Q8_0x16Codes {
   // Act16DecodeGroup was no faster for Q8_0, whose 8 loads a block already outnumber its
-  // other instructions: steps alternated with Act16Group took 0.99-1.07 times as long.
+  // other instructions: its decode steps took 0.99-1.07 times as long (docs/performance.md).
   static constexpr bool kLeanDecode = false;
   static constexpr int kOffsetShift = 7;
   static constexpr int kOffset = 1 << kOffsetShift;
@@ -1048,12 +1048,11 @@ void Act16Group(const Act16Args& a, int64_t g, int64_t t0) {
   return acc;
 }
 
-// Act16Group<Codes, 1> with the fewest instructions per byte of weights: decode reads each
-// weight once, and the loads in flight ahead of the arithmetic are what keep the memory busy,
-// so each instruction saved lets the out-of-order window reach further ahead (Q4_0
-// DecodeStream 0.80 -> 0.98 of the read loop's rate, docs/performance.md). The quads are embedded
-// broadcasts, each block's scales are converted straight from memory, and the offset comes
-// off in vector registers (a broadcast load and a shift instead of four integer steps).
+// Act16Group<Codes, 1> with fewer instructions per byte of weights: Q4_0 has the most
+// arithmetic a byte, and a loop that only loads its bytes streams faster than its kernel.
+// The quads are embedded broadcasts, each block's scales are converted straight from
+// memory, and the offset comes off in vector registers (a broadcast load and a shift
+// instead of four integer steps): Q4_0 decode steps 0.6-6% faster (docs/performance.md).
 template <class Codes>
 void Act16DecodeGroup(const Act16Args& a, int64_t g, int64_t t) {
   constexpr int64_t kScaleBytes = Interleaved16Layout::kScaleBytes;
