@@ -1093,7 +1093,8 @@ void Act16DecodeGroup(const Act16Args& a, int64_t g, int64_t t) {
 
 // Decode runs one group after another (one sequential stream; a software prefetch ahead of
 // it was no faster end to end, docs/performance.md); prefill
-// takes 8 tokens at a time per group (8 codes + 8 sums in registers), then 4, 2 and 1.
+// takes 8 tokens at a time per group (8 codes + 8 sums in registers), then 4, 2 and 1 (one
+// token: Act16DecodeGroup where Codes::kLeanDecode).
 template <class Codes>
 void DotAct16Blocks(const Act16Args& a) {
   for (int64_t g = 0; g < a.n_groups; ++g) {
