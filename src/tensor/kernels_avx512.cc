@@ -952,14 +952,17 @@ struct Q4_0x16Codes {
   // and an AND); the high chain's sum, a multiple of 16, is shifted back exactly.
   static constexpr int kHighShift = 4;
   static constexpr int64_t kBlockBytes = sizeof(BlockQ4_0x16);
+  // kFolded: each line loaded by both of its ANDs (two loads, no instruction of its own).
+  // Otherwise in a register: from L2 the loads bound prefill's loop more than the multiplies
+  // do; streaming from memory, decode's loop goes faster the fewer instructions it has in
+  // flight per byte (Act16DecodeGroup).
+  template <bool kFolded = false>
   static void Load(const uint8_t* qs, __m512i c[8]) {
     const __m512i low = _mm512_set1_epi8(0x0f);
     const __m512i high = _mm512_set1_epi8(static_cast<char>(0xf0));
     for (int j = 0; j < 4; ++j) {
       __m512i v = _mm512_loadu_si512(qs + 64 * j);
-      // In a register: GCC would fold the load into both ANDs and load the line twice, and
-      // the loads bound this loop more than the multiplies do.
-      __asm__("" : "+v"(v));
+      if (!kFolded) __asm__("" : "+v"(v));
       c[j] = _mm512_and_si512(v, low);
       c[4 + j] = _mm512_and_si512(v, high);
     }
@@ -1048,11 +1051,14 @@ void Act16Group(const Act16Args& a, int64_t g, int64_t t0) {
   return acc;
 }
 
-// Act16Group<Codes, 1> with fewer instructions per byte of weights: Q4_0 has the most
-// arithmetic a byte, and a loop that only loads its bytes streams faster than its kernel.
-// The quads are embedded broadcasts, each block's scales are converted straight from
-// memory, and the offset comes off in vector registers (a broadcast load and a shift
-// instead of four integer steps): Q4_0 decode steps 0.6-6% faster (docs/performance.md).
+// Act16Group<Codes, 1> with fewer instructions per byte of weights: streaming from memory,
+// the loop reads faster the fewer instructions it has in flight per byte (the same loop
+// padded with no-ops streams slower), and Q4_0 has the most arithmetic a byte. The quads are
+// embedded broadcasts, each block's scales are converted straight from memory, the offset
+// comes off in vector registers (a broadcast load and a shift instead of four integer
+// steps), each line of codes is loaded by its two ANDs, and two pairs of blocks make one
+// turn of the loop (four made it far slower); the last two took Q4_0 decode steps 11-16%
+// shorter (docs/performance.md).
 template <class Codes>
 void Act16DecodeGroup(const Act16Args& a, int64_t g, int64_t t) {
   constexpr int64_t kScaleBytes = Interleaved16Layout::kScaleBytes;
@@ -1064,7 +1070,7 @@ void Act16DecodeGroup(const Act16Args& a, int64_t g, int64_t t) {
   __m512 acc = _mm512_setzero_ps();
   const auto block = [&](int64_t b, const uint8_t* scales, const uint8_t* qs) {
     __m512i c[8];
-    Codes::Load(qs, c);
+    Codes::template Load<true>(qs, c);
     __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
     for (int j = 0; j < 4; ++j) {
       lo = DotBroadcastQuad(lo, c[j], xq[b].qs + 4 * j);
@@ -1078,12 +1084,17 @@ void Act16DecodeGroup(const Act16Args& a, int64_t g, int64_t t) {
     acc = _mm512_fmadd_ps(s, _mm512_set1_ps(xq[b].d), acc);
   };
   int64_t b = 0;
-  for (; b + 2 <= nb; b += 2) {
-    const uint8_t* pair = group + b * Codes::kBlockBytes;
+  const auto pair_at = [&](int64_t first) {
+    const uint8_t* pair = group + first * Codes::kBlockBytes;
     const uint8_t* qs = pair + 2 * kScaleBytes;
-    block(b, pair, qs);
-    block(b + 1, pair + kScaleBytes, qs + kQsBytes);
+    block(first, pair, qs);
+    block(first + 1, pair + kScaleBytes, qs + kQsBytes);
+  };
+  for (; b + 4 <= nb; b += 4) {
+    pair_at(b);
+    pair_at(b + 2);
   }
+  for (; b + 2 <= nb; b += 2) pair_at(b);
   if (b < nb) {
     const uint8_t* last = group + b * Codes::kBlockBytes;
     block(b, last, last + kScaleBytes);
