@@ -100,6 +100,27 @@ TEST(KVCacheTest, FullPoolRefusesWithoutChangingState) {
   EXPECT_EQ(kv.CheckIntegrity(), "");
 }
 
+bool Ascending(const BlockTable& t) {
+  for (size_t b = 1; b < t.blocks.size(); ++b) {
+    if (t.blocks[b].value != t.blocks[b - 1].value + 1) return false;
+  }
+  return true;
+}
+
+// Attention reads a run of blocks adjacent in the pool as one stream (attention.cc): a
+// sequence that follows a freed one must get its blocks ascending again, not backwards.
+TEST(KVCacheTest, FreedBlocksComeBackInTheirOrder) {
+  KVCache kv(MakeLayout(16), 8);
+  kv.Append(SeqId(1), 100);  // 7 blocks
+  ASSERT_TRUE(Ascending(kv.Table(SeqId(1))));
+  for (int32_t next = 2; next <= 4; ++next) {
+    kv.Free(SeqId(next - 1));
+    kv.Append(SeqId(next), 100);
+    EXPECT_TRUE(Ascending(kv.Table(SeqId(next)))) << "sequence " << next;
+  }
+  EXPECT_EQ(kv.CheckIntegrity(), "");
+}
+
 // An f16 or q8_0 K is stored dimension-major: every (layer, head, slot) must read back exactly
 // what a row of that format holds, with no value of another slot, head or layer mixed in.
 TEST(KVCacheTest, DimensionMajorKReadsBackEachRowExactly) {
@@ -297,6 +318,26 @@ TEST(KVCacheSharingTest, FreedPrefixStaysCachedUntilMemoryIsNeeded) {
   EXPECT_EQ(m.tokens, 0);
   EXPECT_EQ(m.miss, PrefixMiss::kEvicted);
   kv.Free(SeqId(3));
+  EXPECT_EQ(kv.CheckIntegrity(), "");
+}
+
+// The same where the freed blocks stay in the prefix cache and are evicted, oldest first, by
+// the next sequence: one block short of the whole prefix cached, then the rest from the pool.
+TEST(KVCacheSharingTest, EvictedBlocksComeBackInTheirOrder) {
+  KVCache kv(MakeLayout(4, DType::kF32, DType::kF32), 6);
+  kv.EnablePrefixCache(1);
+  Prefill(kv, SeqId(0), Range(18));  // 4 full blocks cached, a partial one
+  ASSERT_TRUE(Ascending(kv.Table(SeqId(0))));
+  kv.Free(SeqId(0));
+  Prefill(kv, SeqId(1), Range(24, 100));  // all 6 blocks: the pool's 2, then 4 evicted
+  EXPECT_EQ(kv.prefix_cache().evictions(), 4);
+  const BlockTable& t = kv.Table(SeqId(1));
+  ASSERT_EQ(t.blocks.size(), 6u);
+  // The pool's free blocks first (the partial one and the one never used), then the evicted
+  // ones, each group ascending.
+  for (size_t b = 3; b < t.blocks.size(); ++b) {
+    EXPECT_EQ(t.blocks[b].value, t.blocks[b - 1].value + 1) << "block " << b;
+  }
   EXPECT_EQ(kv.CheckIntegrity(), "");
 }
 
