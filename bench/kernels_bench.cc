@@ -211,17 +211,27 @@ void BM_DecodeResident(benchmark::State& state) {
 }
 
 // A cache of `layers` x `heads` KV heads of 64 dimensions in 16-slot blocks, holding one
-// sequence of `depth` tokens whose rows cycle through a few random ones.
+// sequence of `depth` tokens whose rows cycle through a few random ones. `interleaved`: a
+// second sequence took every other block as the two grew, as two sequences decoding side by
+// side do, so that no two of the first one's blocks are adjacent in the pool.
 struct AttentionCache {
   static constexpr int32_t kGroup = 8, kHeadDim = 64, kBlock = 16;
   KVLayout layout;
   std::unique_ptr<KVCache> kv;
   const SeqId seq{0};
 
-  AttentionCache(const KVFormat& format, int32_t layers, int32_t heads, int32_t depth)
+  AttentionCache(const KVFormat& format, int32_t layers, int32_t heads, int32_t depth,
+                 bool interleaved = false)
       : layout(KVLayout::Make(KVShape{layers, heads, kHeadDim}, kBlock, format, format).value()),
-        kv(std::make_unique<KVCache>(layout, depth / kBlock + 1)) {
-    kv->Append(seq, depth);
+        kv(std::make_unique<KVCache>(layout, 2 * (depth / kBlock + 1))) {
+    if (interleaved) {
+      for (int32_t pos = 0; pos < depth; pos += kBlock) {
+        kv->Append(seq, std::min(kBlock, depth - pos));
+        kv->Append(SeqId(1), kBlock);
+      }
+    } else {
+      kv->Append(seq, depth);
+    }
     std::vector<std::vector<float>> rows;
     for (int i = 0; i < 7; ++i) rows.push_back(RandomFloats(heads * kHeadDim, 10 + i));
     for (int32_t layer = 0; layer < layers; ++layer) {
@@ -323,13 +333,15 @@ void BM_AttentionKernels(benchmark::State& state) {
 
 // A whole TinyLlama decode step's attention at `depth`: 22 layers, each with its 4 KV heads
 // attended by `threads` threads as the model does, both cores streaming K and V from memory.
-// Args: kv format index, depth, threads.
+// Args: kv format index, depth, threads, interleaved (the sequence's blocks not adjacent in
+// the pool; AttentionCache).
 void BM_AttentionStep(benchmark::State& state) {
   constexpr int32_t kLayers = 22, kHeads = 4;
   const char* name = kAttentionFormats[state.range(0)];
   const int32_t depth = static_cast<int32_t>(state.range(1));
   ThreadPool pool(static_cast<int>(state.range(2)));
-  const AttentionCache cache(*KVFormat::FromName(name), kLayers, kHeads, depth);
+  const AttentionCache cache(*KVFormat::FromName(name), kLayers, kHeads, depth,
+                             state.range(3) != 0);
   const int64_t group_floats = AttentionCache::kGroup * AttentionCache::kHeadDim;
   const std::vector<float> q = RandomFloats(kHeads * group_floats);
   std::vector<float> out(q.size());
@@ -402,8 +414,8 @@ BENCHMARK(BM_Attention)
 BENCHMARK(BM_AttentionKernels)->ArgNames({"part"})->DenseRange(0, 2)->Unit(benchmark::kMicrosecond);
 
 BENCHMARK(BM_AttentionStep)
-    ->ArgNames({"kv", "depth", "threads"})
-    ->ArgsProduct({{0, 1}, {4096}, {1, 2}})
+    ->ArgNames({"kv", "depth", "threads", "interleaved"})
+    ->ArgsProduct({{0, 1}, {4096}, {1, 2}, {0, 1}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
