@@ -205,9 +205,8 @@ void PrefetchRest(const Prefetch& ahead) {
 }
 
 // Calls fn(block, first slot in it, slots, offset from `from`) for each block's piece of the
-// slots [from, to).
-// One division for the first block: a division per piece (its block and slot) cost 1-2% of
-// attention at 4,096 tokens.
+// slots [from, to), with one division for the first block: a division per piece (its block
+// and slot) cost 1-2% of attention at 4,096 tokens.
 template <class Fn>
 void ForEachPiece(int32_t from, int32_t to, int32_t bs, const Fn& fn) {
   int32_t block = from / bs, slot0 = from % bs;
