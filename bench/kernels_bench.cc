@@ -223,7 +223,7 @@ struct AttentionCache {
   AttentionCache(const KVFormat& format, int32_t layers, int32_t heads, int32_t depth,
                  bool interleaved = false)
       : layout(KVLayout::Make(KVShape{layers, heads, kHeadDim}, kBlock, format, format).value()),
-        kv(std::make_unique<KVCache>(layout, 2 * (depth / kBlock + 1))) {
+        kv(std::make_unique<KVCache>(layout, (interleaved ? 2 : 1) * (depth / kBlock + 1))) {
     if (interleaved) {
       for (int32_t pos = 0; pos < depth; pos += kBlock) {
         kv->Append(seq, std::min(kBlock, depth - pos));

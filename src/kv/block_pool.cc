@@ -1,18 +1,27 @@
 #include "kv/block_pool.h"
 
+#include <algorithm>
+
 #include "base/status.h"
 
 namespace kvllm {
+namespace {
+
+// The free list's order: a min-heap of ids under std::*_heap.
+bool HigherId(BlockId a, BlockId b) { return a.value > b.value; }
+
+}  // namespace
 
 BlockPool::BlockPool(int32_t num_blocks) : ref_counts_(num_blocks, 0) {
   KVLLM_CHECK(num_blocks >= 0);
   free_.reserve(num_blocks);
-  // Pushed in reverse so that block 0 is handed out first (easier to read in traces).
-  for (int32_t i = num_blocks - 1; i >= 0; --i) free_.push_back(BlockId(i));
+  // Ascending ids are already a min-heap.
+  for (int32_t i = 0; i < num_blocks; ++i) free_.push_back(BlockId(i));
 }
 
 BlockId BlockPool::Allocate() {
   KVLLM_CHECK(!free_.empty());
+  std::pop_heap(free_.begin(), free_.end(), HigherId);
   BlockId id = free_.back();
   free_.pop_back();
   ref_counts_[id.value] = 1;
@@ -26,7 +35,10 @@ void BlockPool::AddRef(BlockId id) {
 
 void BlockPool::Release(BlockId id) {
   KVLLM_CHECK(ref_counts_[id.value] > 0);
-  if (--ref_counts_[id.value] == 0) free_.push_back(id);
+  if (--ref_counts_[id.value] == 0) {
+    free_.push_back(id);
+    std::push_heap(free_.begin(), free_.end(), HigherId);
+  }
 }
 
 std::string BlockPool::CheckIntegrity() const {

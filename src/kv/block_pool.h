@@ -32,7 +32,12 @@ class BlockPool {
 
  private:
   std::vector<int32_t> ref_counts_;  // [num_blocks]
-  std::vector<BlockId> free_;        // LIFO: the most recently freed block is reused first
+  // A min-heap of ids: the lowest free id is handed out first, so a sequence that grows into
+  // a stretch of free blocks gets them adjacent and ascending, whatever order they were freed
+  // in. Attention reads a run of adjacent blocks as one stream in one kernel call
+  // (attention.cc); handing out the most recently freed block first gave the sequence after a
+  // freed one its blocks backwards, every block a run of its own (docs/performance.md).
+  std::vector<BlockId> free_;
 };
 
 }  // namespace kvllm
