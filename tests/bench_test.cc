@@ -167,26 +167,35 @@ TEST(BenchTest, NoRooflineLeavesTheLimitsOut) {
   }
 }
 
-// The slowdown at depth is a ratio of runs close in time: each repetition runs every depth,
-// the deepest first and the first depth last, and each row carries the median of the
-// repetitions' ratios to the first depth.
-TEST(BenchTest, DepthRunsArePairedWithTheFirstDepthInEachRepetition) {
+// The slowdown at depth is a ratio of steps close in time: each repetition steps every depth
+// side by side, the deepest first, a step of each in turn, and each row carries the median of
+// the repetitions' ratios to the first depth.
+TEST(BenchTest, DepthsAreSteppedSideBySideAndPairedWithTheFirstDepth) {
   std::string out, err;
   ASSERT_EQ(RunCommand(Kvllm() + " bench -m " + Tiny() +
-                           " -t 2 -p 8 -n 2 -r 2 --depths 16,64 --depth-steps 2 --cache-only "
-                           "--no-roofline --json",
+                           " -t 2 -p 8 -n 2 -r 2 --depths 16,64 --depth-steps 3 --cache-only "
+                           "--roofline-buffer-mib 64 --json",
                        &out, &err),
             0)
       << err;
-  std::vector<std::string> runs;
-  for (size_t at = 0; (at = err.find("bench: depth ", at)) != std::string::npos; ++at) {
-    runs.push_back(err.substr(at + 13, err.find('\n', at) - at - 13));
-  }
-  EXPECT_EQ(runs, (std::vector<std::string>{"64 run 1/2", "16 run 1/2", "64 run 2/2",
-                                            "16 run 2/2"}))
-      << err;
+  EXPECT_NE(err.find("bench: depths side by side, run 2/2"), std::string::npos) << err;
   const nlohmann::json j = nlohmann::json::parse(out);
   ASSERT_EQ(j["depth"].size(), 2u);
+  const nlohmann::json &shallow = j["depth"][0]["runs"], &deep = j["depth"][1]["runs"];
+  ASSERT_EQ(shallow.size(), 2u);
+  ASSERT_EQ(deep.size(), 2u);
+  for (size_t r = 0; r < 2; ++r) {
+    const std::vector<double> s = shallow[r]["step_started_s"], d = deep[r]["step_started_s"];
+    ASSERT_EQ(s.size(), 3u);
+    ASSERT_EQ(d.size(), 3u);
+    // depth 64, depth 16, depth 64, ...: each shallow step between two deep ones.
+    for (size_t k = 0; k < 3; ++k) {
+      EXPECT_LT(d[k], s[k]) << j.dump();
+      if (k + 1 < 3) {
+        EXPECT_LT(s[k], d[k + 1]) << j.dump();
+      }
+    }
+  }
   EXPECT_EQ(j["depth"][0]["depth"], 16);  // rows keep the order asked for
   EXPECT_EQ(j["depth"][0]["cached_vs_first_depth"].get<double>(), 1.0);
   const double vs = j["depth"][1]["cached_vs_first_depth"];

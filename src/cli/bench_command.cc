@@ -77,7 +77,14 @@ SequenceTimings RunOnce(Engine& engine, std::vector<int32_t> prompt, int32_t n_g
 struct TimedStep {
   double seconds = 0;
   double bandwidth = 0;
+  double started = 0;  // BenchClock() when the step began
 };
+
+// Seconds since the bench began (its first call).
+double BenchClock() {
+  static const auto start = std::chrono::steady_clock::now();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
 std::vector<TimedStep> RunTimed(Engine& engine, std::vector<int32_t> prompt, int32_t n_gen,
                                 ReadProbe* probe) {
   const SeqId id = AddGreedy(engine, std::move(prompt), n_gen);
@@ -87,12 +94,47 @@ std::vector<TimedStep> RunTimed(Engine& engine, std::vector<int32_t> prompt, int
     events.clear();
     TimedStep step;
     if (probe != nullptr) step.bandwidth = probe->Pass();
-    const auto t0 = std::chrono::steady_clock::now();
+    step.started = BenchClock();
     engine.Step(&events);
-    step.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    step.seconds = BenchClock() - step.started;
     if (!events.empty()) steps.push_back(step);
   }
   engine.Release(id);
+  return steps;
+}
+
+// One request per engine, decoded side by side: each prompt is prefilled first (untimed, up to
+// the step that samples its first token), then the engines take a step each in turn, each
+// step after its own probe pass when `probe` is given, until every request has n_gen tokens.
+// Each engine's timed steps (n_gen - 1 of them).
+std::vector<std::vector<TimedStep>> RunSideBySide(const std::vector<Engine*>& engines,
+                                                  const std::vector<std::vector<int32_t>>& prompts,
+                                                  int32_t n_gen, ReadProbe* probe) {
+  std::vector<SeqId> ids;
+  std::vector<TokenEvent> events;
+  for (size_t e = 0; e < engines.size(); ++e) {
+    ids.push_back(AddGreedy(*engines[e], prompts[e], n_gen));
+    do {
+      events.clear();
+      engines[e]->Step(&events);
+    } while (events.empty() && engines[e]->HasUnfinished());
+  }
+  std::vector<std::vector<TimedStep>> steps(engines.size());
+  for (bool busy = true; busy;) {
+    busy = false;
+    for (size_t e = 0; e < engines.size(); ++e) {
+      if (!engines[e]->HasUnfinished()) continue;
+      busy = true;
+      events.clear();
+      TimedStep step;
+      if (probe != nullptr) step.bandwidth = probe->Pass();
+      step.started = BenchClock();
+      engines[e]->Step(&events);
+      step.seconds = BenchClock() - step.started;
+      if (!events.empty()) steps[e].push_back(step);
+    }
+  }
+  for (size_t e = 0; e < engines.size(); ++e) engines[e]->Release(ids[e]);
   return steps;
 }
 
@@ -144,13 +186,18 @@ int Bench(BenchFlags f) {
   // Every row measures computation: a prompt found in the prefix cache would not be computed
   // (the depth table's prompts share prefixes). Prefix reuse is measured by bench-serve.
   opts->prefix_caching = false;
-  auto cached = Engine::Create(model->get(), *opts);
+  // The warm-up, pp and tg run here (a 64-token prompt and 4 tokens at most for the first);
+  // each depth in an engine of its own (below).
+  EngineOptions tg_opts = *opts;
+  tg_opts.ctx_size = std::min(tg_opts.ctx_size, std::max({f.n_prompt, f.n_gen, 64}) + 4);
+  auto cached = Engine::Create(model->get(), tg_opts);
   auto nocache = Engine::Create(model->get(), *nocache_opts);
   if (!cached.ok() || !nocache.ok()) {
     std::fprintf(stderr, "kvllm bench: %s\n",
                  (cached.ok() ? nocache.status() : cached.status()).message().c_str());
     return 1;
   }
+  BenchClock();
   const std::string cmd = CommandLine(f);
   std::fprintf(stderr, "bench: %s\n", cmd.c_str());
 
@@ -255,27 +302,48 @@ int Bench(BenchFlags f) {
     // repetition (1 for the first depth itself).
     double vs_first = 1;
   };
-  // Each repetition runs every depth, deepest first, so that the first depth (depth 1: the
-  // empty context the others are compared with) runs right after the deepest one's timed
-  // steps: the slowdown at depth is a ratio of runs a few seconds apart, not of runs minutes
-  // apart on a machine whose bandwidth drifts.
+  // Each depth decodes in an engine of its own (its pool sized for that depth), and each
+  // repetition steps all of them side by side, deepest first, a step of each in turn: the
+  // slowdown at depth is a ratio of steps milliseconds apart, each judged against its own
+  // probe, not of runs seconds apart on a machine whose bandwidth changes between spells of
+  // a fraction of a second.
   std::vector<int32_t> order(f.depths.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
   std::stable_sort(order.begin(), order.end(),
                    [&f](int32_t a, int32_t b) { return f.depths[a] > f.depths[b]; });
   const size_t n_depths = f.depths.size();
+  std::vector<std::unique_ptr<Engine>> depth_engines;
+  for (int32_t i : order) {
+    EngineOptions o = *opts;
+    o.ctx_size = std::min(o.ctx_size, f.depths[i] + f.depth_steps + 2);
+    auto engine = Engine::Create(model->get(), o);
+    if (!engine.ok()) {
+      std::fprintf(stderr, "kvllm bench: %s\n", engine.status().message().c_str());
+      return 1;
+    }
+    depth_engines.push_back(std::move(*engine));
+  }
+  std::vector<Engine*> engines;
+  for (const auto& e : depth_engines) engines.push_back(e.get());
   std::vector<std::vector<double>> with(n_depths), without(n_depths);
   std::vector<Judged> judged(n_depths);
   for (int32_t r = 0; r < f.repetitions; ++r) {
+    std::fprintf(stderr, "bench: depths side by side, run %d/%d\n", r + 1, f.repetitions);
+    std::vector<std::vector<int32_t>> prompts;
+    for (int32_t i : order) prompts.push_back(RandomPrompt(f.depths[i], c.n_vocab, 200 + r));
+    const std::vector<std::vector<TimedStep>> runs =
+        RunSideBySide(engines, prompts, 1 + f.depth_steps, probe.get());
+    for (size_t k = 0; k < order.size(); ++k) {
+      const int32_t i = order[k];
+      const std::vector<TimedStep>& steps = runs[k];
+      with[i].push_back(1000.0 * step_seconds(steps, 0) / static_cast<double>(steps.size()));
+      if (roof) judge(judged[i], steps, 0, f.depths[i] + 1.0);
+    }
+    if (f.cache_only) continue;
     for (int32_t i : order) {
       const int32_t d = f.depths[i];
-      std::fprintf(stderr, "bench: depth %d run %d/%d\n", d, r + 1, f.repetitions);
-      // The first timed step is the one after the prompt's (which sampled the first token).
-      const std::vector<TimedStep> steps = RunTimed(
-          **cached, RandomPrompt(d, c.n_vocab, 200 + r), 1 + f.depth_steps, probe.get());
-      with[i].push_back(1000.0 * step_seconds(steps, 1) / static_cast<double>(steps.size() - 1));
-      if (roof) judge(judged[i], steps, 1, d + 1.0);
-      if (f.cache_only) continue;
+      std::fprintf(stderr, "bench: depth %d without the cache, run %d/%d\n", d, r + 1,
+                   f.repetitions);
       const SequenceTimings t =
           RunOnce(**nocache, RandomPrompt(d, c.n_vocab, 200 + r), 1 + f.depth_steps);
       without[i].push_back(t.decode_ms / t.decode_steps);
@@ -323,16 +391,20 @@ int Bench(BenchFlags f) {
                        {"threads", roof->threads},
                        {"simd", SimdLevelName(roof->level)}};
     }
-    // Each run's steps: the seconds of each and the read bandwidth probed just before it.
+    // Each run's steps: the seconds of each, the read bandwidth probed just before it and when
+    // it began (seconds since the bench began).
     auto runs_json = [](const Judged& judged) {
       nlohmann::json runs = nlohmann::json::array();
       for (const std::vector<TimedStep>& steps : judged.runs) {
-        nlohmann::json seconds = nlohmann::json::array(), bandwidth = nlohmann::json::array();
+        nlohmann::json seconds = nlohmann::json::array(), bandwidth = nlohmann::json::array(),
+                       started = nlohmann::json::array();
         for (const TimedStep& step : steps) {
           seconds.push_back(step.seconds);
           bandwidth.push_back(step.bandwidth);
+          started.push_back(step.started);
         }
-        runs.push_back({{"step_seconds", seconds}, {"step_read_bytes_per_s", bandwidth}});
+        runs.push_back({{"step_seconds", seconds}, {"step_read_bytes_per_s", bandwidth},
+                        {"step_started_s", started}});
       }
       return runs;
     };
@@ -420,8 +492,8 @@ int Bench(BenchFlags f) {
   }
   if (depth_rows.empty()) return 0;
   std::printf("decode time per token at context depth (median of %d runs of %d steps; each "
-              "run does every depth, the deepest first; vs depth %d: median of the runs' "
-              "tokens/s ratios):\n",
+              "run steps every depth side by side, a step of each in turn; vs depth %d: median "
+              "of the runs' tokens/s ratios):\n",
               f.repetitions, f.depth_steps, f.depths[0]);
   // The KV cache columns, then (unless --cache-only) the no-cache baseline.
   const std::string vs = "vs depth " + std::to_string(f.depths[0]);
