@@ -158,7 +158,7 @@ Status DiskStore::Scan() {
   std::sort(found.begin(), found.end());
   std::lock_guard lock(mu_);
   for (const auto& [mtime, hash, size] : found) Insert(hash, size);
-  EvictToFit();
+  EvictToFit(0);
   return Status::Ok();
 }
 
@@ -201,14 +201,19 @@ Status DiskStore::Put(BlockHash hash, std::span<const uint8_t> encoded) {
   KVLLM_RETURN_IF_ERROR(WriteDurably(temp, encoded));
   {
     // Renames and removals happen under the lock so the index always matches the files.
+    // Room is made before the rename, so that the files add up to at most max_bytes at every
+    // moment, also for a process that lists the folders meanwhile.
     std::lock_guard lock(mu_);
+    Forget(hash);  // the rename replaces an older version of the block
+    EvictToFit(encoded.size());
     if (rename(temp.c_str(), path.c_str()) != 0) {
       const Status s = Status::Error(Errno("cannot rename into", path));
       unlink(temp.c_str());
+      struct stat st;
+      if (stat(path.c_str(), &st) == 0) Insert(hash, st.st_size);  // the older version stays
       return s;
     }
     Insert(hash, encoded.size());
-    EvictToFit();
   }
   // Readers see the block from here on; a failure below only means a crash could lose it.
   return SyncFolder(folder);
@@ -264,8 +269,8 @@ void DiskStore::Forget(BlockHash hash) {
   index_.erase(it);
 }
 
-void DiskStore::EvictToFit() {
-  while (max_bytes_ != 0 && bytes_ > max_bytes_) {
+void DiskStore::EvictToFit(uint64_t incoming) {
+  while (max_bytes_ != 0 && !lru_.empty() && bytes_ + incoming > max_bytes_) {
     const BlockHash oldest = lru_.front();
     // A file that cannot be removed is forgotten anyway (the next Open finds it again), so
     // that a read-only file cannot stop eviction.

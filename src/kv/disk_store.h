@@ -10,8 +10,9 @@
 // - Atomic: a Put writes a temp file beside the final one, fsyncs it, renames it over the
 //   final name and fsyncs the folder, so a crash (even kill -9) leaves the old block, the new
 //   one or a stray temp file, never a partial .kvb. Open removes stray temp files.
-// - Bounded: with max_bytes > 0 the .kvb files' sizes add up to at most max_bytes; a Put
-//   evicts the least recently used blocks (Get and Put are uses) to make room. Last use is
+// - Bounded: with max_bytes > 0 the .kvb files' sizes add up to at most max_bytes at every
+//   moment; a Put evicts the least recently used blocks (Get and Put are uses) to make room
+//   before its file appears. Last use is
 //   kept in memory and seeded from the files' mtimes at Open.
 // - Exclusive: one DiskStore at a time per directory (an flock on dir/LOCK, across threads
 //   and processes), so the in-memory index and size stay true. Other files are left alone.
@@ -62,11 +63,12 @@ class DiskStore final : public KVStore {
   DiskStore(std::string dir, uint64_t max_bytes, int lock_fd);
   Status Scan();
   // These require mu_. Insert adds or replaces `hash` as the most recently used block;
-  // Use marks an indexed block most recently used.
+  // Use marks an indexed block most recently used; EvictToFit evicts until `incoming` more
+  // bytes fit under max_bytes.
   void Insert(BlockHash hash, uint64_t bytes);
   void Use(BlockHash hash);
   void Forget(BlockHash hash);
-  void EvictToFit();
+  void EvictToFit(uint64_t incoming);
 
   const std::string dir_;
   const uint64_t max_bytes_;
