@@ -331,20 +331,29 @@ void WeightedRowsOf(const float* p, int64_t p_stride, int64_t n_g, const void* v
 }
 
 // One head's weights for one block column of a run of Q8_0 V rows, as kernels_avx512.cc's
-// Q8VWeights (kernels.h): w[j] = round(p[j] * dw[j]), w[len] = 0. The tail goes through a
-// zeroed copy of p.
+// Q8VWeights (kernels.h): w[j] = round(p[j] * dw[j]), w[len] = 0. Whole vectors are read and
+// written in place; only the tail goes through zeroed copies (a vector read from a buffer just
+// written by smaller stores waits for them: through copies everywhere this took more time
+// than the weighted sum itself, BM_AttentionStep q8_0).
 void Q8VWeights(const float* p, const float* dw, int64_t len, int16_t* w) {
-  for (int64_t j = 0; j < len; j += 8) {
-    const int64_t m = len - j < 8 ? len - j : 8;
-    float pb[8] = {};
+  // |p * dw| <= 32767 * (1 + 2^-23): the rounded weight fits 16 bits.
+  auto weights = [](__m256 pj, __m256 dj) {
+    const __m256i wj = _mm256_cvtps_epi32(_mm256_mul_ps(pj, dj));
+    return _mm_packs_epi32(_mm256_castsi256_si128(wj), _mm256_extracti128_si256(wj, 1));
+  };
+  int64_t j = 0;
+  for (; j + 8 <= len; j += 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(w + j),
+                     weights(_mm256_loadu_ps(p + j), _mm256_loadu_ps(dw + j)));
+  }
+  if (j < len) {
+    const int64_t m = len - j;
+    float pb[8] = {}, db[8] = {};
     std::memcpy(pb, p + j, static_cast<size_t>(m) * sizeof(float));
-    // |p * dw| <= 32767 * (1 + 2^-23): the rounded weight fits 16 bits.
-    const __m256 t = _mm256_mul_ps(_mm256_loadu_ps(pb), _mm256_loadu_ps(dw + j));
-    const __m256i wj = _mm256_cvtps_epi32(t);
-    const __m128i packed =
-        _mm_packs_epi32(_mm256_castsi256_si128(wj), _mm256_extracti128_si256(wj, 1));
+    std::memcpy(db, dw + j, static_cast<size_t>(m) * sizeof(float));
     int16_t wb[8];
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(wb), packed);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(wb),
+                     weights(_mm256_loadu_ps(pb), _mm256_loadu_ps(db)));
     std::memcpy(w + j, wb, static_cast<size_t>(m) * sizeof(w[0]));
   }
   w[len] = 0;
@@ -572,46 +581,53 @@ void ScoresF16T(const uint16_t* k, int64_t ld, int64_t first, int64_t n, const f
 }
 
 // G query heads against 8 slots of a Q8_0 K stored dimension-major (a last strip of r < 8
-// slots goes through zeroed copies): per group of 32 dimensions the integer dot of the
-// quantized query with the codes, summed exactly in floats (products of at most 127 * 128,
-// 32 of them, stay below 2^24), then times the query's and the slots' scales.
+// slots goes through zeroed copies), in integers: two dimensions' codes of the 8 slots,
+// interleaved and widened to 16 bits, meet a broadcast pair of the query's codes in vpmaddwd,
+// each slot's sum in its own int32 lane (exact: 32 products of at most 127 * 128 a group),
+// then times the query's and the slots' scales per group of 32 dimensions. Per pair of
+// dimensions that is one vpmaddwd and one add a head where floats took two FMAs, and the
+// codes are widened once for all G heads.
 template <int G>
 void ScoresQ8Strip(const uint8_t* k, const Q8DimsLayout& lay, int64_t j, int64_t r,
                    const BlockQ8Act* q, int64_t d, float scale, float* s, int64_t s_stride,
                    Ahead& ahead) {
   const int64_t groups = d / kQK;
+  auto slots = [&](const uint8_t* c) {
+    if (r == 8) return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(c));
+    int64_t bytes = 0;
+    std::memcpy(&bytes, c, static_cast<size_t>(r));
+    return _mm_cvtsi64_si128(bytes);
+  };
   __m256 acc[G];
   for (int g = 0; g < G; ++g) acc[g] = _mm256_setzero_ps();
   for (int64_t b = 0; b < groups; ++b) {
-    alignas(32) float qf[G][kQK];
+    alignas(32) int16_t qw[G][kQK];  // the query's codes as 16 bits, read a pair at a time
     for (int g = 0; g < G; ++g) {
       const int8_t* qs = q[g * groups + b].qs;
-      for (int i = 0; i < kQK; i += 8) {
-        const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs + i));
-        _mm256_store_ps(&qf[g][i], _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes)));
+      for (int i = 0; i < kQK; i += 16) {
+        const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + i));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(&qw[g][i]), _mm256_cvtepi8_epi16(bytes));
       }
     }
-    __m256 part[G];
-    for (int g = 0; g < G; ++g) part[g] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < kQK; ++i) {
+    __m256i dot[G];
+    for (int g = 0; g < G; ++g) dot[g] = _mm256_setzero_si256();
+    for (int64_t i = 0; i < kQK; i += 2) {
       ahead.Step();
       const uint8_t* c = k + lay.CodeOffset(b, i, j);
-      __m128i codes;
-      if (r == 8) {
-        codes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(c));
-      } else {
-        int64_t bytes = 0;
-        std::memcpy(&bytes, c, static_cast<size_t>(r));
-        codes = _mm_cvtsi64_si128(bytes);
+      // Word 2s + e is slot s's code of dimension i + e.
+      const __m256i pairs =
+          _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(slots(c), slots(c + lay.slots)));
+      for (int g = 0; g < G; ++g) {
+        int32_t two;
+        std::memcpy(&two, &qw[g][i], sizeof two);
+        dot[g] = _mm256_add_epi32(dot[g], _mm256_madd_epi16(pairs, _mm256_set1_epi32(two)));
       }
-      const __m256 kv = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(codes));
-      for (int g = 0; g < G; ++g) part[g] = _mm256_fmadd_ps(_mm256_set1_ps(qf[g][i]), kv, part[g]);
     }
     const auto* sc = reinterpret_cast<const uint16_t*>(k + lay.ScaleOffset(b, j));
     const __m256 scales = r == 8 ? F16Src::Load(sc) : LoadTail<F16Src>(sc, r);
     for (int g = 0; g < G; ++g) {
       const __m256 w = _mm256_mul_ps(scales, _mm256_set1_ps(q[g * groups + b].d));
-      acc[g] = _mm256_fmadd_ps(part[g], w, acc[g]);
+      acc[g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[g]), w, acc[g]);
     }
   }
   StoreScores<G>(acc, r, scale, s, s_stride);
