@@ -342,11 +342,12 @@ TEST(KernelsTest, ScoresF16TReferenceIsTheDotOfEachSlot) {
 
 // Every level on awkward sizes: tiles of 16 slots and of others, runs that start inside a tile
 // and cross into the next ones, slots around the 8 and 16 lanes, head counts that leave every
-// remainder of 8, 4 and 2, and rows of s longer than n (only n are written).
+// remainder of 8, 4 and 2, rows of s longer than n (only n are written), and heads of more
+// than the 128 dimensions the AVX2 level holds transposed at a time.
 TEST(KernelsTest, ScoresF16TMatchesReference) {
   const KernelSet& ref = ReferenceKernels();
   for (const KernelSet* ks : AvailableKernelSets()) {
-    for (int64_t d : {1, 3, 32, 64, 100}) {
+    for (int64_t d : {1, 3, 32, 64, 100, 150}) {
       for (int64_t ld : {5, 16, 21, 40}) {
         for (int64_t first : {int64_t{0}, int64_t{3}, ld - 1}) {
           for (int64_t n : {0, 1, 7, 8, 9, 15, 16, 17, 31, 40, 70}) {
