@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <random>
@@ -18,6 +19,7 @@
 #include "base/huge_pages.h"
 #include "kv/kv_cache.h"
 #include "tensor/dtype.h"
+#include "tensor/fp16.h"
 #include "tensor/kernels.h"
 #include "tensor/quant.h"
 #include "tensor/roofline.h"
@@ -292,42 +294,86 @@ void BM_Attention(benchmark::State& state) {
   }
 }
 
-// f16 attention's three kernels one at a time, as AttendGroup calls them for one KV head's 8
-// query heads of 64, over 512 slots in one call (K and V 64 KiB each, in L2). Args: part (0:
-// q.k, scores_f16t; 1: the softmax's exp, exp_sum over each head's 512 scores; 2: V's weighted
-// sum, weighted_rows). q.k and the weighted sum report `of_fma_peak`: their multiply-adds'
-// rate over one core's FMA peak (as BM_Attention does), the kernels' arithmetic alone.
+// Attention's kernels one at a time, as AttendGroup calls them for one KV head's 8 query heads
+// of 64, over 512 slots (K and V 64 KiB each in f16, in L2). Args: part (0: q.k against an
+// f16 K, scores_f16t, in one call; 1: the softmax's exp, exp_sum over each head's 512 scores;
+// 2: an f16 V's weighted sum, weighted_rows; 3: q.k against a q8_0 K, scores_q8t, a call per
+// block of 16 slots; 4: a q8_0 V's weighted sum). The f16 kernels report `of_fma_peak`: their
+// multiply-adds' rate over one core's FMA peak (as BM_Attention does), the arithmetic alone;
+// q8_0 ones report `vs_f16`, their time over the f16 kernel's for the same work, timed in the
+// same call.
 void BM_AttentionKernels(benchmark::State& state) {
   constexpr int64_t kSlots = 512, kD = AttentionCache::kHeadDim, kG = AttentionCache::kGroup;
   constexpr int64_t kTile = AttentionCache::kBlock;  // K's slots a dimension-major tile holds
   const int part = static_cast<int>(state.range(0));
   const std::vector<uint8_t> k = RandomRows(DType::kF16, kSlots, kD);
   const std::vector<uint8_t> v = RandomRows(DType::kF16, kSlots, kD);
+  const std::vector<uint8_t> v8 = RandomRows(DType::kQ8_0, kSlots, kD);
+  // A q8_0 K's tiles: random codes, every scale 1/64.
+  const Q8DimsLayout q8{kTile};
+  const int64_t tile_bytes = kD / kQK * q8.GroupBytes();
+  std::vector<uint8_t> k8 = RandomRows(DType::kQ8_0, kSlots, kD);
+  for (int64_t t = 0; t < kSlots / kTile; ++t) {
+    for (int64_t b = 0; b < kD / kQK; ++b) {
+      for (int64_t j = 0; j < kTile; ++j) {
+        const uint16_t scale = F32ToF16(1.0f / 64);
+        std::memcpy(&k8[t * tile_bytes + q8.ScaleOffset(b, j)], &scale, sizeof scale);
+      }
+    }
+  }
   const std::vector<float> q = RandomFloats(kG * kD);
+  std::vector<BlockQ8Act> q_act(kG * kD / kQK);
+  for (int64_t g = 0; g < kG; ++g) Kernels().quantize_act(&q[g * kD], &q_act[g * kD / kQK], kD);
   std::vector<float> scores = RandomFloats(kG * kSlots, 3);
   std::vector<float> y(kG * kD);
   const KernelSet& ks = Kernels();
-  const double peak = part == 1 ? 0 : OneCoreFmaPeak();
-  const auto start = std::chrono::steady_clock::now();
-  for (auto _ : state) {
-    if (part == 0) {
-      ks.scores_f16t(reinterpret_cast<const uint16_t*>(k.data()), kTile, 0, kSlots, q.data(), kG,
-                     kD, 0.125f, scores.data(), kSlots, nullptr);
-    } else if (part == 1) {
-      for (int64_t g = 0; g < kG; ++g) {
-        benchmark::DoNotOptimize(ks.exp_sum(scores.data() + g * kSlots, kSlots, 1.0f));
-      }
-    } else {
-      ks.weighted_rows(scores.data(), kSlots, kG, DType::kF16, v.data(), kSlots, kD, y.data(),
-                       nullptr);
+  auto run = [&](int which) {
+    switch (which) {
+      case 0:
+        return ks.scores_f16t(reinterpret_cast<const uint16_t*>(k.data()), kTile, 0, kSlots,
+                              q.data(), kG, kD, 0.125f, scores.data(), kSlots, nullptr);
+      case 1:
+        for (int64_t g = 0; g < kG; ++g) {
+          benchmark::DoNotOptimize(ks.exp_sum(scores.data() + g * kSlots, kSlots, 1.0f));
+        }
+        return;
+      case 2:
+        return ks.weighted_rows(scores.data(), kSlots, kG, DType::kF16, v.data(), kSlots, kD,
+                                y.data(), nullptr);
+      case 3:
+        for (int64_t t = 0; t < kSlots / kTile; ++t) {
+          ks.scores_q8t(&k8[t * tile_bytes], kTile, 0, kTile, q_act.data(), kG, kD, 0.125f,
+                        scores.data() + t * kTile, kSlots, nullptr);
+        }
+        return;
+      default:
+        return ks.weighted_rows(scores.data(), kSlots, kG, DType::kQ8_0, v8.data(), kSlots, kD,
+                                y.data(), nullptr);
     }
+  };
+  const double peak = part == 0 || part == 2 ? OneCoreFmaPeak() : 0;
+  const auto start = std::chrono::steady_clock::now();
+  double q8_seconds = 0, f16_seconds = 0;  // parts 3 and 4, each call timed alike
+  for (auto _ : state) {
+    const auto call = std::chrono::steady_clock::now();
+    run(part);
     benchmark::ClobberMemory();
+    if (part >= 3) {
+      q8_seconds += Seconds(call);
+      state.PauseTiming();
+      const auto f16_call = std::chrono::steady_clock::now();
+      run(part == 3 ? 0 : 2);
+      benchmark::ClobberMemory();
+      f16_seconds += Seconds(f16_call);
+      state.ResumeTiming();
+    }
   }
   const double seconds = Seconds(start);
-  if (part != 1) {
+  if (part == 0 || part == 2) {
     const double flops = 2.0 * kSlots * kD * kG * static_cast<double>(state.iterations());
     state.counters["of_fma_peak"] = flops / seconds / peak;
   }
+  if (part >= 3) state.counters["vs_f16"] = q8_seconds / f16_seconds;
   state.SetLabel(SimdLevelName(ks.level));
 }
 
@@ -411,7 +457,7 @@ BENCHMARK(BM_Attention)
     ->ArgsProduct({{0, 1}, {4096}, {1, 22}})
     ->Unit(benchmark::kMicrosecond);
 
-BENCHMARK(BM_AttentionKernels)->ArgNames({"part"})->DenseRange(0, 2)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_AttentionKernels)->ArgNames({"part"})->DenseRange(0, 4)->Unit(benchmark::kMicrosecond);
 
 BENCHMARK(BM_AttentionStep)
     ->ArgNames({"kv", "depth", "threads", "interleaved"})

@@ -633,26 +633,29 @@ void ScoresF16T(const uint16_t* k, int64_t ld, int64_t first, int64_t n, const f
   ahead.Return(prefetch);
 }
 
-// G query heads against 8 slots of a Q8_0 K stored dimension-major (a last strip of r < 8
-// slots goes through zeroed copies), in integers: two dimensions' codes of the 8 slots,
-// interleaved and widened to 16 bits, meet a broadcast pair of the query's codes in vpmaddwd,
-// each slot's sum in its own int32 lane (exact: 32 products of at most 127 * 128 a group),
-// then times the query's and the slots' scales per group of 32 dimensions. Per pair of
-// dimensions that is one vpmaddwd and one add a head where floats took two FMAs, and the
-// codes are widened once for all G heads.
-template <int G>
+// G query heads against 8 * S slots of a Q8_0 K stored dimension-major (S = 2: 16 slots; S = 1:
+// r <= 8, a last strip of r < 8 through zeroed copies), in integers: two dimensions' codes of
+// the slots, interleaved and widened to 16 bits, meet a broadcast pair of the query's codes in
+// vpmaddwd, each slot's sum in its own int32 lane (exact: 32 products of at most 127 * 128 a
+// group), then times the query's and the slots' scales per group of 32 dimensions. Per pair
+// of dimensions and 8 slots that is one vpmaddwd and one add a head where floats took two
+// FMAs; the codes are widened once for all G heads, and each broadcast serves S vectors (as
+// in ScoresStrip, the broadcasts would set the pace).
+template <int G, int S>
 void ScoresQ8Strip(const uint8_t* k, const Q8DimsLayout& lay, int64_t j, int64_t r,
                    const BlockQ8Act* q, int64_t d, float scale, float* s, int64_t s_stride,
                    Ahead& ahead) {
   const int64_t groups = d / kQK;
-  auto slots = [&](const uint8_t* c) {
+  auto eight = [&](const uint8_t* c) {
     if (r == 8) return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(c));
     int64_t bytes = 0;
     std::memcpy(&bytes, c, static_cast<size_t>(r));
     return _mm_cvtsi64_si128(bytes);
   };
-  __m256 acc[G];
-  for (int g = 0; g < G; ++g) acc[g] = _mm256_setzero_ps();
+  __m256 acc[S][G];
+  for (int v = 0; v < S; ++v) {
+    for (int g = 0; g < G; ++g) acc[v][g] = _mm256_setzero_ps();
+  }
   for (int64_t b = 0; b < groups; ++b) {
     alignas(32) int16_t qw[G][kQK];  // the query's codes as 16 bits, read a pair at a time
     for (int g = 0; g < G; ++g) {
@@ -662,41 +665,69 @@ void ScoresQ8Strip(const uint8_t* k, const Q8DimsLayout& lay, int64_t j, int64_t
         _mm256_store_si256(reinterpret_cast<__m256i*>(&qw[g][i]), _mm256_cvtepi8_epi16(bytes));
       }
     }
-    __m256i dot[G];
-    for (int g = 0; g < G; ++g) dot[g] = _mm256_setzero_si256();
+    __m256i dot[S][G];
+    for (int v = 0; v < S; ++v) {
+      for (int g = 0; g < G; ++g) dot[v][g] = _mm256_setzero_si256();
+    }
     for (int64_t i = 0; i < kQK; i += 2) {
       ahead.Step();
       const uint8_t* c = k + lay.CodeOffset(b, i, j);
-      // Word 2s + e is slot s's code of dimension i + e.
-      const __m256i pairs =
-          _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(slots(c), slots(c + lay.slots)));
+      // Word 2s + e of pairs[v] is slot 8v + s's code of dimension i + e.
+      __m256i pairs[S];
+      if constexpr (S == 2) {
+        const __m128i d0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(c));
+        const __m128i d1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(c + lay.slots));
+        pairs[0] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(d0, d1));
+        pairs[1] = _mm256_cvtepi8_epi16(_mm_unpackhi_epi8(d0, d1));
+      } else {
+        pairs[0] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(eight(c), eight(c + lay.slots)));
+      }
       for (int g = 0; g < G; ++g) {
         int32_t two;
         std::memcpy(&two, &qw[g][i], sizeof two);
-        dot[g] = _mm256_add_epi32(dot[g], _mm256_madd_epi16(pairs, _mm256_set1_epi32(two)));
+        const __m256i w = _mm256_set1_epi32(two);
+        for (int v = 0; v < S; ++v) {
+          dot[v][g] = _mm256_add_epi32(dot[v][g], _mm256_madd_epi16(pairs[v], w));
+        }
       }
     }
-    const auto* sc = reinterpret_cast<const uint16_t*>(k + lay.ScaleOffset(b, j));
-    const __m256 scales = r == 8 ? F16Src::Load(sc) : LoadTail<F16Src>(sc, r);
-    for (int g = 0; g < G; ++g) {
-      const __m256 w = _mm256_mul_ps(scales, _mm256_set1_ps(q[g * groups + b].d));
-      acc[g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[g]), w, acc[g]);
+    for (int v = 0; v < S; ++v) {
+      const auto* sc = reinterpret_cast<const uint16_t*>(k + lay.ScaleOffset(b, j + 8 * v));
+      const __m256 scales = S == 2 || r == 8 ? F16Src::Load(sc) : LoadTail<F16Src>(sc, r);
+      for (int g = 0; g < G; ++g) {
+        const __m256 w = _mm256_mul_ps(scales, _mm256_set1_ps(q[g * groups + b].d));
+        acc[v][g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[v][g]), w, acc[v][g]);
+      }
     }
   }
-  StoreScores<G>(acc, r, scale, s, s_stride);
+  for (int v = 0; v < S; ++v) StoreScores<G>(acc[v], S == 2 ? 8 : r, scale, s + 8 * v, s_stride);
 }
 
+// Strips of 16 slots, 4 heads at a time, then of up to 8 slots and 8 heads.
 void ScoresQ8T(const uint8_t* k, int64_t ld, int64_t first, int64_t n, const BlockQ8Act* q,
                int64_t n_g, int64_t d, float scale, float* s, int64_t s_stride,
                Prefetch* prefetch) {
   const Q8DimsLayout lay{ld};
   Ahead ahead(prefetch);
-  for (int64_t j = 0; j < n; j += 8) {
+  for (int64_t j = 0; j < n;) {
     const int64_t r = n - j < 8 ? n - j : 8;
-    ByHeadGroups(n_g, [&]<int G>(int64_t g) {
-      ScoresQ8Strip<G>(k, lay, first + j, r, q + g * (d / kQK), d, scale, s + g * s_stride + j,
-                       s_stride, ahead);
-    });
+    auto strip = [&]<int G, int S>(int64_t g) {
+      ScoresQ8Strip<G, S>(k, lay, first + j, r, q + g * (d / kQK), d, scale,
+                          s + g * s_stride + j, s_stride, ahead);
+    };
+    if (n - j >= 16) {
+      int64_t g = 0;
+      for (; g + 4 <= n_g; g += 4) strip.template operator()<4, 2>(g);
+      if (g + 2 <= n_g) {
+        strip.template operator()<2, 2>(g);
+        g += 2;
+      }
+      if (g < n_g) strip.template operator()<1, 2>(g);
+      j += 16;
+    } else {
+      ByHeadGroups(n_g, [&]<int G>(int64_t g) { strip.template operator()<G, 1>(g); });
+      j += r;
+    }
   }
   ahead.Return(prefetch);
 }
