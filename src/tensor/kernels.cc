@@ -309,7 +309,8 @@ bool PrefersInterleaved(DType t, int64_t n_out, int64_t n_in) {
     case SimdLevel::kAvx512:
       return true;
     case SimdLevel::kAvx2:
-      return t == DType::kQ4_0;  // its Q8_0 and float ones are the scalar ones (kernels_avx2.cc)
+      // Its float ones are the scalar ones (kernels_avx2.cc).
+      return t == DType::kQ4_0 || t == DType::kQ8_0;
     case SimdLevel::kScalar:
       return false;
   }

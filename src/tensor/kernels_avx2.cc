@@ -1002,6 +1002,35 @@ struct Q4_0x8Codes {
   }
 };
 
+// Q8_0 codes are stored + 128, whose pairs with the activations would overflow maddubs'
+// int16. Flipped back to signed, each weight quad meets the activation quad carrying the
+// weights' signs, maddubs(|w|, sign(x, w)): pairs of at most 2 * 128 * 127 < 32768, exact for
+// a code of -128 too (|-128| is 128 read unsigned), as the activations' codes stay within
+// +-127 (QuantizeAct). One madd a quad widens the pairs, which could not add up in int16.
+struct Q8_0x8Codes {
+  static constexpr int64_t kBlockBytes = sizeof(BlockQ8_0x16);
+  static __m256i Signed(const uint8_t* line) {
+    return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(line)),
+                            _mm256_set1_epi8(static_cast<char>(0x80)));
+  }
+  static void Load(const uint8_t* qs, int h, __m256i c[8]) {
+    for (int j = 0; j < 8; ++j) c[j] = Signed(qs + 64 * j + 32 * h);
+  }
+  static __m256i QuadDot(__m256i w, __m256i x) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w)),
+                             _mm256_set1_epi16(1));
+  }
+  static __m256i Dot(const __m256i c[8], const BlockQ8Act& x, int32_t /*xsum*/) {
+    __m256i dot = _mm256_setzero_si256();
+    for (int j = 0; j < 8; ++j) {
+      int32_t quad;
+      std::memcpy(&quad, x.qs + 4 * j, sizeof(quad));
+      dot = _mm256_add_epi32(dot, QuadDot(c[j], _mm256_set1_epi32(quad)));
+    }
+    return dot;
+  }
+};
+
 // Half h of group g against T tokens from t0: each block's codes are unpacked once for the T
 // tokens; acc = fma(f32(dot) * d_w, d_x, acc) block by block, as the contract orders it.
 template <class Codes, int T>
@@ -1080,13 +1109,47 @@ void Act16DecodeGroupQ4(const Act16Args& a, int64_t g, int64_t t) {
   for (int h = 0; h < 2; ++h) _mm256_storeu_ps(a.y + t * a.y_stride + 16 * g + 8 * h, acc[h]);
 }
 
-// Decode one group after another through Act16DecodeGroupQ4; prefill a half-group at a time,
+// Group g of interleaved Q8_0 weights against one token (decode), both halves at once as
+// Act16DecodeGroupQ4 does. The same arithmetic as Act8Half<Q8_0x8Codes, 1>.
+void Act16DecodeGroupQ8(const Act16Args& a, int64_t g, int64_t t) {
+  const int64_t nb = a.n / kQK;
+  const Interleaved16Layout layout{nb, sizeof(BlockQ8_0x16)};
+  const uint8_t* group = a.w + g * layout.GroupBytes();
+  const BlockQ8Act* xq = a.xq + t * a.xq_stride;
+  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* qs = group + layout.QsOffset(b);
+    // A block is 8.5 lines: nine requests cover its bytes kDecodeAheadBytes on.
+    const char* ahead = reinterpret_cast<const char*>(group + b * layout.block_bytes);
+    for (int l = 0; l < 9; ++l) _mm_prefetch(ahead + kDecodeAheadBytes + 64 * l, _MM_HINT_T0);
+    __m256i dot[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+    for (int j = 0; j < 8; ++j) {
+      int32_t quad;
+      std::memcpy(&quad, xq[b].qs + 4 * j, sizeof(quad));
+      const __m256i x = _mm256_set1_epi32(quad);
+      for (int h = 0; h < 2; ++h) {
+        const __m256i w = Q8_0x8Codes::Signed(qs + 64 * j + 32 * h);
+        dot[h] = _mm256_add_epi32(dot[h], Q8_0x8Codes::QuadDot(w, x));
+      }
+    }
+    const __m256 xd = _mm256_set1_ps(xq[b].d);
+    const uint8_t* scales = group + layout.ScaleOffset(b);
+    for (int h = 0; h < 2; ++h) {
+      const __m256 dw = _mm256_cvtph_ps(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 16 * h)));
+      acc[h] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(dot[h]), dw), xd, acc[h]);
+    }
+  }
+  for (int h = 0; h < 2; ++h) _mm256_storeu_ps(a.y + t * a.y_stride + 16 * g + 8 * h, acc[h]);
+}
+
+// Decode one group after another through the decode kernel; prefill a half-group at a time,
 // tokens 4 at a time (8 code vectors + 4 accumulators of the 16 ymm registers), then 2, 1.
-void DotAct16Q4(const Act16Args& a) {
-  using Codes = Q4_0x8Codes;
+template <class Codes, void (*kDecodeGroup)(const Act16Args&, int64_t, int64_t)>
+void DotAct16Of(const Act16Args& a) {
   for (int64_t g = 0; g < a.n_groups; ++g) {
     if (a.n_tok == 1) {
-      Act16DecodeGroupQ4(a, g, 0);
+      kDecodeGroup(a, g, 0);
       continue;
     }
     for (int h = 0; h < 2; ++h) {
@@ -1101,12 +1164,9 @@ void DotAct16Q4(const Act16Args& a) {
   }
 }
 
-// Q8_0 codes are stored + 128, whose pairs overflow maddubs' int16, and the usual way around
-// (|x| against the codes carrying x's sign) is wrong for a code of -128: the scalar reference
-// serves them, and PrefersInterleaved keeps Q8_0 matrices in rows at this level.
 void DotAct16(const Act16Args& a) {
-  if (a.wt == DType::kQ8_0) return ScalarLevelKernels().dot_act16(a);
-  DotAct16Q4(a);
+  if (a.wt == DType::kQ8_0) return DotAct16Of<Q8_0x8Codes, Act16DecodeGroupQ8>(a);
+  DotAct16Of<Q4_0x8Codes, Act16DecodeGroupQ4>(a);
 }
 
 // R weight rows x T tokens: each x vector is loaded once for R FMAs and each w vector once

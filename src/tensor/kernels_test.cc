@@ -841,12 +841,11 @@ TEST(MatMulTest, InterleavedFloatWeightsMatchTheirRows) {
 }
 
 // The integer dot of an interleaved block is exact at the extremes of both operands (Q8_0
-// codes of -128 and 127, which the offset of 128 maps to 0 and 255, against ±127).
+// codes of -128 and 127, which the offset of 128 maps to 0 and 255, against ±127), in decode
+// (one token) and prefill (5 tokens: the AVX2 level's 4-token and 1-token kernels).
 TEST(MatMulTest, InterleavedQ8_0IsExactAtTheExtremes) {
   constexpr int64_t kOut = 16, kIn = 2 * kQK;
   std::vector<BlockQ8_0> rows(kOut * 2);
-  std::vector<float> x(kIn);
-  for (int j = 0; j < kIn; ++j) x[j] = j % 3 == 0 ? -1.0f : 1.0f;  // quantizes to ±127
   for (int64_t o = 0; o < kOut; ++o) {
     for (int b = 0; b < 2; ++b) {
       rows[o * 2 + b].d = 0x3c00;  // 1.0
@@ -857,19 +856,26 @@ TEST(MatMulTest, InterleavedQ8_0IsExactAtTheExtremes) {
   }
   std::vector<uint8_t> packed(rows.size() * sizeof(BlockQ8_0));
   InterleaveRows(DType::kQ8_0, rows.data(), kOut, kIn, packed.data());
-  std::vector<float> y(kOut);
-  for (const internal::LevelKernels* level : internal::AvailableLevelKernels()) {
-    internal::MatMulWith(*level, DType::kQ8_0, packed.data(), kOut, kIn, x.data(), 1, y.data(),
-                         nullptr, WeightLayout::kInterleaved16);
-    for (int64_t o = 0; o < kOut; ++o) {
-      int64_t want = 0;
-      for (int j = 0; j < kIn; ++j) {
-        want += int64_t{rows[o * 2 + j / kQK].qs[j % kQK]} * (j % 3 == 0 ? -127 : 127);
+  for (int64_t n_tok : {1, 5}) {
+    std::vector<float> x(n_tok * kIn);
+    for (int64_t j = 0; j < n_tok * kIn; ++j) x[j] = j % 3 == 0 ? -1.0f : 1.0f;  // ±127
+    std::vector<float> y(n_tok * kOut);
+    for (const internal::LevelKernels* level : internal::AvailableLevelKernels()) {
+      internal::MatMulWith(*level, DType::kQ8_0, packed.data(), kOut, kIn, x.data(), n_tok,
+                           y.data(), nullptr, WeightLayout::kInterleaved16);
+      for (int64_t i = 0; i < n_tok * kOut; ++i) {
+        const int64_t t = i / kOut, o = i % kOut;
+        int64_t want = 0;
+        for (int j = 0; j < kIn; ++j) {
+          want += int64_t{rows[o * 2 + j / kQK].qs[j % kQK]} * (x[t * kIn + j] < 0 ? -127 : 127);
+        }
+        // x quantizes with d = 1 / 127: each block's f32(dot) * 1 * d, summed in two steps.
+        const float d = 1.0f / 127.0f;
+        EXPECT_NEAR(y[i], static_cast<float>(want) * d,
+                    1e-6f * std::abs(static_cast<float>(want)))
+            << SimdLevelName(level->set.level) << " n_tok " << n_tok << " y[" << t << "][" << o
+            << "]";
       }
-      // x quantizes with d = 1 / 127: each block's f32(dot) * 1 * d, summed in two steps.
-      const float d = 1.0f / 127.0f;
-      EXPECT_NEAR(y[o], static_cast<float>(want) * d, 1e-6f * std::abs(static_cast<float>(want)))
-          << SimdLevelName(level->set.level) << " row " << o;
     }
   }
 }
