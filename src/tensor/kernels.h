@@ -106,8 +106,8 @@ enum class WeightLayout : uint8_t {
 };
 // Whether MatMul with the active kernels is faster on a matrix [n_out][n_in] of type t stored
 // kInterleaved16: n_out a multiple of 16, and Q8_0, Q4_0, F16 or BF16 (n_in a multiple of 32)
-// at the AVX-512 level, Q4_0 at AVX2 (the types those levels have kernels for; the others
-// would run the scalar one).
+// at the AVX-512 level, Q8_0 and Q4_0 at AVX2 (the types those levels have kernels for; the
+// others would run the scalar one).
 bool PrefersInterleaved(DType t, int64_t n_out, int64_t n_in);
 
 // Y[t][o] = sum_i W[o][i] * X[t][i]
