@@ -202,15 +202,13 @@ Status DiskStore::Put(BlockHash hash, std::span<const uint8_t> encoded) {
   {
     // Renames and removals happen under the lock so the index always matches the files.
     // Room is made before the rename, so that the files add up to at most max_bytes at every
-    // moment, also for a process that lists the folders meanwhile.
+    // moment, also for a process that lists the folders meanwhile. An older version of the
+    // block still counts until the rename replaces it (Insert).
     std::lock_guard lock(mu_);
-    Forget(hash);  // the rename replaces an older version of the block
     EvictToFit(encoded.size());
     if (rename(temp.c_str(), path.c_str()) != 0) {
       const Status s = Status::Error(Errno("cannot rename into", path));
       unlink(temp.c_str());
-      struct stat st;
-      if (stat(path.c_str(), &st) == 0) Insert(hash, st.st_size);  // the older version stays
       return s;
     }
     Insert(hash, encoded.size());

@@ -12,8 +12,8 @@
 //   one or a stray temp file, never a partial .kvb. Open removes stray temp files.
 // - Bounded: with max_bytes > 0 the .kvb files' sizes add up to at most max_bytes at every
 //   moment; a Put evicts the least recently used blocks (Get and Put are uses) to make room
-//   before its file appears. Last use is
-//   kept in memory and seeded from the files' mtimes at Open.
+//   before its file appears. Last use is kept in memory and seeded from the files' mtimes at
+//   Open.
 // - Exclusive: one DiskStore at a time per directory (an flock on dir/LOCK, across threads
 //   and processes), so the in-memory index and size stay true. Other files are left alone.
 // - Thread-safe: any thread may call any method. The file writes run outside the lock;

@@ -612,13 +612,8 @@ void ScoresF16T(const uint16_t* k, int64_t ld, int64_t first, int64_t n, const f
                                    add, ahead);
         };
         if (ld - lane >= 16 && n - j >= 16) {
-          int64_t g = 0;
-          for (; g + 4 <= heads; g += 4) strip.template operator()<4, 2, true>(g);
-          if (g + 2 <= heads) {
-            strip.template operator()<2, 2, true>(g);
-            g += 2;
-          }
-          if (g < heads) strip.template operator()<1, 2, true>(g);
+          ByHeadGroups<4>(heads,
+                          [&]<int G>(int64_t g) { strip.template operator()<G, 2, true>(g); });
           j += 16;
         } else if (r == 8) {
           ByHeadGroups(heads, [&]<int G>(int64_t g) { strip.template operator()<G, 1, true>(g); });
@@ -716,13 +711,7 @@ void ScoresQ8T(const uint8_t* k, int64_t ld, int64_t first, int64_t n, const Blo
                           s + g * s_stride + j, s_stride, ahead);
     };
     if (n - j >= 16) {
-      int64_t g = 0;
-      for (; g + 4 <= n_g; g += 4) strip.template operator()<4, 2>(g);
-      if (g + 2 <= n_g) {
-        strip.template operator()<2, 2>(g);
-        g += 2;
-      }
-      if (g < n_g) strip.template operator()<1, 2>(g);
+      ByHeadGroups<4>(n_g, [&]<int G>(int64_t g) { strip.template operator()<G, 2>(g); });
       j += 16;
     } else {
       ByHeadGroups(n_g, [&]<int G>(int64_t g) { strip.template operator()<G, 1>(g); });
@@ -1000,6 +989,31 @@ struct Q4_0x8Codes {
     return _mm256_sub_epi32(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)),
                             _mm256_set1_epi32(8 * xsum));
   }
+  // Dot for both halves of a block at once (Act16DecodeGroup): each line's nibbles of both
+  // kinds meet their quads as they are read.
+  static void BothHalves(const uint8_t* qs, const BlockQ8Act& x, int32_t xsum, __m256i dot[2]) {
+    const __m256i low = _mm256_set1_epi8(0x0f);
+    __m256i pairs[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+    for (int j = 0; j < 4; ++j) {
+      int32_t lo_quad, hi_quad;
+      std::memcpy(&lo_quad, x.qs + 4 * j, sizeof(lo_quad));
+      std::memcpy(&hi_quad, x.qs + 16 + 4 * j, sizeof(hi_quad));
+      const __m256i xl = _mm256_set1_epi32(lo_quad), xh = _mm256_set1_epi32(hi_quad);
+      for (int h = 0; h < 2; ++h) {
+        const __m256i v =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 64 * j + 32 * h));
+        pairs[h] = _mm256_add_epi16(
+            pairs[h], _mm256_add_epi16(
+                          _mm256_maddubs_epi16(_mm256_and_si256(v, low), xl),
+                          _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), low),
+                                               xh)));
+      }
+    }
+    const __m256i offset = _mm256_set1_epi32(8 * xsum);
+    for (int h = 0; h < 2; ++h) {
+      dot[h] = _mm256_sub_epi32(_mm256_madd_epi16(pairs[h], _mm256_set1_epi16(1)), offset);
+    }
+  }
 };
 
 // Q8_0 codes are stored + 128, whose pairs with the activations would overflow maddubs'
@@ -1029,6 +1043,19 @@ struct Q8_0x8Codes {
     }
     return dot;
   }
+  // Dot for both halves of a block at once (Act16DecodeGroup), line by line.
+  static void BothHalves(const uint8_t* qs, const BlockQ8Act& x, int32_t /*xsum*/,
+                         __m256i dot[2]) {
+    dot[0] = dot[1] = _mm256_setzero_si256();
+    for (int j = 0; j < 8; ++j) {
+      int32_t quad;
+      std::memcpy(&quad, x.qs + 4 * j, sizeof(quad));
+      const __m256i xj = _mm256_set1_epi32(quad);
+      for (int h = 0; h < 2; ++h) {
+        dot[h] = _mm256_add_epi32(dot[h], QuadDot(Signed(qs + 64 * j + 32 * h), xj));
+      }
+    }
+  }
 };
 
 // Half h of group g against T tokens from t0: each block's codes are unpacked once for the T
@@ -1057,81 +1084,32 @@ void Act8Half(const Act16Args& a, int64_t g, int h, int64_t t0) {
   }
 }
 
-// How far ahead of the block in use Act16DecodeGroupQ4 asks for weights. Without it, the
+// How far ahead of the block in use Act16DecodeGroup asks for weights. Without it, the
 // hardware prefetchers alone kept 2 threads' decode stream at 0.77-0.80 of the read loop's
 // bandwidth on the 2-core Zen 3 here; 1 KiB ahead 0.87-0.93, 2 KiB 0.82-0.93, 4 KiB 0.78-0.89
-// (`BM_DecodeStream/dtype:2`, 5 repetitions each, two rounds).
+// (`BM_DecodeStream/dtype:2`, 5 repetitions each, two rounds; Q8_0 alike, docs/performance.md).
 constexpr int64_t kDecodeAheadBytes = 1024;
 
-// Group g of interleaved Q4_0 weights against one token (decode): both halves at once, so that
+// Group g of interleaved weights against one token (decode): both halves at once, so that
 // each 64-byte line of codes is read once, in order, and each activation quad is broadcast
-// once for the 16 rows. The same arithmetic as Act8Half<Q4_0x8Codes, 1>.
-void Act16DecodeGroupQ4(const Act16Args& a, int64_t g, int64_t t) {
+// once for the 16 rows. The same arithmetic as Act8Half<Codes, 1>.
+template <class Codes>
+void Act16DecodeGroup(const Act16Args& a, int64_t g, int64_t t) {
+  // Requests that cover a block's bytes: 5 for Q4_0's 288, 9 for Q8_0's 544.
+  constexpr int kBlockLines = (Codes::kBlockBytes + 63) / 64;
   const int64_t nb = a.n / kQK;
-  const Interleaved16Layout layout{nb, sizeof(BlockQ4_0x16)};
+  const Interleaved16Layout layout{nb, Codes::kBlockBytes};
   const uint8_t* group = a.w + g * layout.GroupBytes();
   const BlockQ8Act* xq = a.xq + t * a.xq_stride;
   const int32_t* xsum = a.xsum + t * a.xq_stride;
-  const __m256i low = _mm256_set1_epi8(0x0f);
   __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* qs = group + layout.QsOffset(b);
-    // A block is 4.5 lines: five requests cover its bytes kDecodeAheadBytes on.
     const char* ahead = reinterpret_cast<const char*>(group + b * layout.block_bytes);
-    for (int l = 0; l < 5; ++l) _mm_prefetch(ahead + kDecodeAheadBytes + 64 * l, _MM_HINT_T0);
-    __m256i pairs[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-    for (int j = 0; j < 4; ++j) {
-      int32_t lo_quad, hi_quad;
-      std::memcpy(&lo_quad, xq[b].qs + 4 * j, sizeof(lo_quad));
-      std::memcpy(&hi_quad, xq[b].qs + 16 + 4 * j, sizeof(hi_quad));
-      const __m256i xl = _mm256_set1_epi32(lo_quad), xh = _mm256_set1_epi32(hi_quad);
-      for (int h = 0; h < 2; ++h) {
-        const __m256i v =
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 64 * j + 32 * h));
-        pairs[h] = _mm256_add_epi16(
-            pairs[h], _mm256_add_epi16(
-                          _mm256_maddubs_epi16(_mm256_and_si256(v, low), xl),
-                          _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), low),
-                                               xh)));
-      }
+    for (int l = 0; l < kBlockLines; ++l) {
+      _mm_prefetch(ahead + kDecodeAheadBytes + 64 * l, _MM_HINT_T0);
     }
-    const __m256i offset = _mm256_set1_epi32(8 * xsum[b]);
-    const __m256 xd = _mm256_set1_ps(xq[b].d);
-    const uint8_t* scales = group + layout.ScaleOffset(b);
-    for (int h = 0; h < 2; ++h) {
-      const __m256i dot =
-          _mm256_sub_epi32(_mm256_madd_epi16(pairs[h], _mm256_set1_epi16(1)), offset);
-      const __m256 dw = _mm256_cvtph_ps(
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 16 * h)));
-      acc[h] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(dot), dw), xd, acc[h]);
-    }
-  }
-  for (int h = 0; h < 2; ++h) _mm256_storeu_ps(a.y + t * a.y_stride + 16 * g + 8 * h, acc[h]);
-}
-
-// Group g of interleaved Q8_0 weights against one token (decode), both halves at once as
-// Act16DecodeGroupQ4 does. The same arithmetic as Act8Half<Q8_0x8Codes, 1>.
-void Act16DecodeGroupQ8(const Act16Args& a, int64_t g, int64_t t) {
-  const int64_t nb = a.n / kQK;
-  const Interleaved16Layout layout{nb, sizeof(BlockQ8_0x16)};
-  const uint8_t* group = a.w + g * layout.GroupBytes();
-  const BlockQ8Act* xq = a.xq + t * a.xq_stride;
-  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* qs = group + layout.QsOffset(b);
-    // A block is 8.5 lines: nine requests cover its bytes kDecodeAheadBytes on.
-    const char* ahead = reinterpret_cast<const char*>(group + b * layout.block_bytes);
-    for (int l = 0; l < 9; ++l) _mm_prefetch(ahead + kDecodeAheadBytes + 64 * l, _MM_HINT_T0);
-    __m256i dot[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-    for (int j = 0; j < 8; ++j) {
-      int32_t quad;
-      std::memcpy(&quad, xq[b].qs + 4 * j, sizeof(quad));
-      const __m256i x = _mm256_set1_epi32(quad);
-      for (int h = 0; h < 2; ++h) {
-        const __m256i w = Q8_0x8Codes::Signed(qs + 64 * j + 32 * h);
-        dot[h] = _mm256_add_epi32(dot[h], Q8_0x8Codes::QuadDot(w, x));
-      }
-    }
+    __m256i dot[2];
+    Codes::BothHalves(group + layout.QsOffset(b), xq[b], xsum[b], dot);
     const __m256 xd = _mm256_set1_ps(xq[b].d);
     const uint8_t* scales = group + layout.ScaleOffset(b);
     for (int h = 0; h < 2; ++h) {
@@ -1143,13 +1121,13 @@ void Act16DecodeGroupQ8(const Act16Args& a, int64_t g, int64_t t) {
   for (int h = 0; h < 2; ++h) _mm256_storeu_ps(a.y + t * a.y_stride + 16 * g + 8 * h, acc[h]);
 }
 
-// Decode one group after another through the decode kernel; prefill a half-group at a time,
+// Decode one group after another through Act16DecodeGroup; prefill a half-group at a time,
 // tokens 4 at a time (8 code vectors + 4 accumulators of the 16 ymm registers), then 2, 1.
-template <class Codes, void (*kDecodeGroup)(const Act16Args&, int64_t, int64_t)>
+template <class Codes>
 void DotAct16Of(const Act16Args& a) {
   for (int64_t g = 0; g < a.n_groups; ++g) {
     if (a.n_tok == 1) {
-      kDecodeGroup(a, g, 0);
+      Act16DecodeGroup<Codes>(a, g, 0);
       continue;
     }
     for (int h = 0; h < 2; ++h) {
@@ -1165,8 +1143,8 @@ void DotAct16Of(const Act16Args& a) {
 }
 
 void DotAct16(const Act16Args& a) {
-  if (a.wt == DType::kQ8_0) return DotAct16Of<Q8_0x8Codes, Act16DecodeGroupQ8>(a);
-  DotAct16Of<Q4_0x8Codes, Act16DecodeGroupQ4>(a);
+  if (a.wt == DType::kQ8_0) return DotAct16Of<Q8_0x8Codes>(a);
+  DotAct16Of<Q4_0x8Codes>(a);
 }
 
 // R weight rows x T tokens: each x vector is loaded once for R FMAs and each w vector once

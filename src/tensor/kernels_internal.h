@@ -103,16 +103,20 @@ struct Act16Args {
 };
 using DotAct16Fn = void (*)(const Act16Args& args);
 
-// Calls strip.template operator()<G>(g) over n_g query heads in groups of G = 8, then one
-// group each of 4, 2 and 1 as needed: the SIMD score kernels keep G accumulators in registers.
-// Instantiated only with each kernel file's own lambdas, so every ISA gets its own copy.
-template <class Strip>
+// Calls strip.template operator()<G>(g) over n_g query heads in groups of G = kMax (8 or 4),
+// then one group each of the smaller powers of 2 as needed: the SIMD score kernels keep G
+// accumulators (or G per slot vector) in registers. Instantiated only with each kernel file's
+// own lambdas, so every ISA gets its own copy.
+template <int kMax = 8, class Strip>
 void ByHeadGroups(int64_t n_g, const Strip& strip) {
+  static_assert(kMax == 8 || kMax == 4);
   int64_t g = 0;
-  for (; g + 8 <= n_g; g += 8) strip.template operator()<8>(g);
-  if (g + 4 <= n_g) {
-    strip.template operator()<4>(g);
-    g += 4;
+  for (; g + kMax <= n_g; g += kMax) strip.template operator()<kMax>(g);
+  if constexpr (kMax == 8) {
+    if (g + 4 <= n_g) {
+      strip.template operator()<4>(g);
+      g += 4;
+    }
   }
   if (g + 2 <= n_g) {
     strip.template operator()<2>(g);
