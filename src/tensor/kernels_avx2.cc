@@ -252,7 +252,7 @@ struct Ahead {
   void Step() {
     if (next < end) {
       _mm_prefetch(reinterpret_cast<const char*>(next), _MM_HINT_T0);
-      if (far > 0) _mm_prefetch(reinterpret_cast<const char*>(next + far), _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(next + far), _MM_HINT_T1);
       next += 64;
     }
   }
@@ -271,14 +271,24 @@ void WeightedStrip(const float* p, int64_t p_stride, const typename Src::Elem* v
   for (int g = 0; g < G; ++g) {
     for (int c = 0; c < 4; ++c) acc[g][c] = _mm256_loadu_ps(y + g * d + 8 * c);
   }
-  for (int64_t j = 0; j < n; ++j) {
-    ahead.Step();
+  auto row = [&](int64_t j) {
     __m256 vj[4];
     for (int c = 0; c < 4; ++c) vj[c] = Src::Load(v + j * d + 8 * c);
     for (int g = 0; g < G; ++g) {
       const __m256 pj = _mm256_set1_ps(p[g * p_stride + j]);
       for (int c = 0; c < 4; ++c) acc[g][c] = _mm256_fmadd_ps(pj, vj[c], acc[g][c]);
     }
+  };
+  // A line per two rows: the strips of a call together ask for more lines than they read.
+  int64_t j = 0;
+  for (; j + 2 <= n; j += 2) {
+    ahead.Step();
+    row(j);
+    row(j + 1);
+  }
+  if (j < n) {
+    ahead.Step();
+    row(j);
   }
   for (int g = 0; g < G; ++g) {
     for (int c = 0; c < 4; ++c) _mm256_storeu_ps(y + g * d + 8 * c, acc[g][c]);
@@ -377,8 +387,7 @@ void Q8VStrip(const int16_t (*w)[kQ8VRunRows + 2], float unscale, const uint8_t*
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(block.qs + 16 * c)));
   };
   for (int64_t j = 0; j < len; j += 2) {
-    ahead.Step();
-    ahead.Step();
+    ahead.Step();  // a line per two rows: a call's strips ask for 4 times the run's lines
     __m256i pairs[4];
     for (int c = 0; c < 2; ++c) {
       const __m256i a = codes(j, c);
@@ -461,14 +470,15 @@ void WeightedRows(const float* p, int64_t p_stride, int64_t n_g, DType vt, const
   }
 }
 
-// exp(x) as 2^k * e^r with k = round(x / ln 2) and |r| <= ln(2) / 2: r is x - k ln 2 with ln 2
-// split in two so that k ln 2 is exact, e^r is 1 + r + r^2 p(r) with the degree-5 minimax p of
-// the Cephes library's expf, and 2^k goes into the exponent bits. Inputs are clamped to
-// [-87.3, 88], where 2^k stays a normal float.
-__m256 Exp(__m256 x) {
-  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.33654f)), _mm256_set1_ps(88.0f));
-  const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+// exp(x) for x in [-87.3, 88], where 2^k stays a normal float, as 2^k * e^r with k = round(x /
+// ln 2) and |r| <= ln(2) / 2: r is x - k ln 2 with ln 2 split in two so that k ln 2 is exact,
+// e^r is 1 + r + r^2 p(r) with the degree-5 minimax p of the Cephes library's expf. k + 127
+// comes out of one FMA as the low bits of t = x / ln 2 + 1.5 * 2^23 + 127 (floats there are
+// whole numbers), which shifted into the exponent field are 2^k.
+__m256 ExpInRange(__m256 x) {
+  const __m256 magic = _mm256_set1_ps(12583039.0f);  // 1.5 * 2^23 + 127
+  const __m256 t = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), magic);
+  const __m256 k = _mm256_sub_ps(t, magic);
   __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
   r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
   __m256 p = _mm256_set1_ps(1.9875691500e-4f);
@@ -479,10 +489,13 @@ __m256 Exp(__m256 x) {
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
   const __m256 e_r =
       _mm256_add_ps(_mm256_fmadd_ps(_mm256_mul_ps(p, r), r, r), _mm256_set1_ps(1.0f));
-  const __m256i two_k = _mm256_slli_epi32(
-      _mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(e_r, _mm256_castsi256_ps(two_k));
+  return _mm256_mul_ps(e_r, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(t), 23)));
 }
+
+// Below -87.3 e^x is 2^-126 at most (a normal float stands for it), above 88 it overflows.
+__m256 ClampForExp(__m256 x) { return _mm256_max_ps(x, _mm256_set1_ps(-87.33654f)); }
+
+__m256 Exp(__m256 x) { return ExpInRange(_mm256_min_ps(ClampForExp(x), _mm256_set1_ps(88.0f))); }
 
 void SwiGlu(float* gate, const float* up, int64_t n) {
   const __m256 one = _mm256_set1_ps(1.0f);
@@ -507,7 +520,8 @@ float ExpSum(float* x, int64_t n, float shift) {
   __m256 sum = _mm256_setzero_ps();
   int64_t j = 0;
   for (; j + 8 <= n; j += 8) {
-    const __m256 e = Exp(_mm256_sub_ps(_mm256_loadu_ps(x + j), vshift));
+    // x[j] <= shift: only the lower clamp.
+    const __m256 e = ExpInRange(ClampForExp(_mm256_sub_ps(_mm256_loadu_ps(x + j), vshift)));
     _mm256_storeu_ps(x + j, e);
     sum = _mm256_add_ps(sum, e);
   }
@@ -566,9 +580,7 @@ void ScoresStrip(const uint16_t* k, int64_t ld, int64_t r, const float* qt, int6
   for (int v = 0; v < S; ++v) {
     for (int g = 0; g < G; ++g) acc[v][g] = _mm256_setzero_ps();
   }
-  for (int64_t i = 0; i < dims; ++i) {
-    // A line per two dimensions asks for at least the lines a strip reads (16 slots of f16).
-    if (i % 2 == 0) ahead.Step();
+  auto dim = [&](int64_t i) {
     __m256 kv[S];
     for (int v = 0; v < S; ++v) {
       kv[v] = kFull ? F16Src::Load(k + i * ld + 8 * v) : LoadTail<F16Src>(k + i * ld, r);
@@ -578,6 +590,17 @@ void ScoresStrip(const uint16_t* k, int64_t ld, int64_t r, const float* qt, int6
       const __m256 qg = _mm256_set1_ps(qi[g]);
       for (int v = 0; v < S; ++v) acc[v][g] = _mm256_fmadd_ps(qg, kv[v], acc[v][g]);
     }
+  };
+  // A line per two dimensions asks for at least the lines a strip reads (16 slots of f16).
+  int64_t i = 0;
+  for (; i + 2 <= dims; i += 2) {
+    ahead.Step();
+    dim(i);
+    dim(i + 1);
+  }
+  if (i < dims) {
+    ahead.Step();
+    dim(i);
   }
   for (int v = 0; v < S; ++v) {
     StoreScores<G>(acc[v], S == 1 ? r : 8, scale, s + 8 * v, s_stride, add);
@@ -647,10 +670,8 @@ void ScoresQ8Strip(const uint8_t* k, const Q8DimsLayout& lay, int64_t j, int64_t
     std::memcpy(&bytes, c, static_cast<size_t>(r));
     return _mm_cvtsi64_si128(bytes);
   };
-  __m256 acc[S][G];
-  for (int v = 0; v < S; ++v) {
-    for (int g = 0; g < G; ++g) acc[v][g] = _mm256_setzero_ps();
-  }
+  // Each group's scores add into s: float accumulators kept across the groups besides the
+  // integer ones spilled one of those to the stack, a store and a load on its chain.
   for (int64_t b = 0; b < groups; ++b) {
     alignas(32) int16_t qw[G][kQK];  // the query's codes as 16 bits, read a pair at a time
     for (int g = 0; g < G; ++g) {
@@ -689,13 +710,14 @@ void ScoresQ8Strip(const uint8_t* k, const Q8DimsLayout& lay, int64_t j, int64_t
     for (int v = 0; v < S; ++v) {
       const auto* sc = reinterpret_cast<const uint16_t*>(k + lay.ScaleOffset(b, j + 8 * v));
       const __m256 scales = S == 2 || r == 8 ? F16Src::Load(sc) : LoadTail<F16Src>(sc, r);
+      __m256 part[G];
       for (int g = 0; g < G; ++g) {
         const __m256 w = _mm256_mul_ps(scales, _mm256_set1_ps(q[g * groups + b].d));
-        acc[v][g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[v][g]), w, acc[v][g]);
+        part[g] = _mm256_mul_ps(_mm256_cvtepi32_ps(dot[v][g]), w);
       }
+      StoreScores<G>(part, S == 2 ? 8 : r, scale, s + 8 * v, s_stride, b > 0);
     }
   }
-  for (int v = 0; v < S; ++v) StoreScores<G>(acc[v], S == 2 ? 8 : r, scale, s + 8 * v, s_stride);
 }
 
 // Strips of 16 slots, 4 heads at a time, then of up to 8 slots and 8 heads.
@@ -1008,6 +1030,10 @@ struct Q4_0x8Codes {
                           _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), low),
                                                xh)));
       }
+      // Keeps the sums in this order: reassociated into trees, they held more registers than
+      // AVX2 has and pushed acc of Act16DecodeGroup to the stack, a store and a load on its
+      // chain each block (BM_DecodeResident one core 4-7% slower, docs/performance.md).
+      __asm__("" : "+x"(pairs[0]), "+x"(pairs[1]));
     }
     const __m256i offset = _mm256_set1_epi32(8 * xsum);
     for (int h = 0; h < 2; ++h) {
@@ -1054,6 +1080,7 @@ struct Q8_0x8Codes {
       for (int h = 0; h < 2; ++h) {
         dot[h] = _mm256_add_epi32(dot[h], QuadDot(Signed(qs + 64 * j + 32 * h), xj));
       }
+      __asm__("" : "+x"(dot[0]), "+x"(dot[1]));  // as in Q4_0x8Codes::BothHalves
     }
   }
 };
