@@ -425,21 +425,30 @@ void WeightedRowsQ8(const float* p, int64_t p_stride, int64_t n_g, const void* v
   const int64_t row_bytes = d / kQK * static_cast<int64_t>(sizeof(BlockQ8_0));
   Ahead ahead(prefetch);
   alignas(32) float dw[kQ8VRunRows];
+  alignas(32) uint16_t dh[kQ8VRunRows];  // the run's scales of one block column, as stored
   alignas(32) int16_t w[2][kQ8VRunRows + 2];
   for (int64_t r0 = 0; r0 < n; r0 += kQ8VRunRows) {
     const int64_t len = n - r0 < kQ8VRunRows ? n - r0 : kQ8VRunRows;
     const uint8_t* run = rows + r0 * row_bytes;
     for (int64_t b = 0; b < d / kQK; ++b) {
       const uint8_t* col = run + b * static_cast<int64_t>(sizeof(BlockQ8_0));
-      float dmax = 0.0f;
+      // The largest |scale| from the bits: without the sign, f16 bits order as their values
+      // do. The scales become floats 8 at a time (one at a time, with the max on floats, this
+      // loop took a seventh of the weighted sum).
+      uint16_t dmax_bits = 0;
       for (int64_t j = 0; j < len; ++j) {
-        dw[j] = Scale(reinterpret_cast<const BlockQ8_0*>(col + j * row_bytes)->d);
-        const float a = dw[j] < 0.0f ? -dw[j] : dw[j];
-        dmax = a > dmax ? a : dmax;
+        dh[j] = reinterpret_cast<const BlockQ8_0*>(col + j * row_bytes)->d;
+        const uint16_t a = dh[j] & 0x7fff;
+        dmax_bits = a > dmax_bits ? a : dmax_bits;
       }
-      if (dmax == 0.0f) continue;  // every weight is 0: y stays
-      const float to_int = 32767.0f / dmax;
-      for (int64_t j = 0; j < len; ++j) dw[j] *= to_int;
+      if (dmax_bits == 0) continue;  // every weight is 0: y stays
+      const float dmax = Scale(dmax_bits);
+      const __m256 to_int = _mm256_set1_ps(32767.0f / dmax);
+      for (int64_t j = len; j % 8 != 0; ++j) dh[j] = 0;
+      for (int64_t j = 0; j < len; j += 8) {
+        const __m128i h = _mm_load_si128(reinterpret_cast<const __m128i*>(dh + j));
+        _mm256_store_ps(dw + j, _mm256_mul_ps(_mm256_cvtph_ps(h), to_int));
+      }
       const float unscale = dmax / 32767.0f;
       float* yb = y + b * kQK;
       int64_t g = 0;
