@@ -661,58 +661,61 @@ void ScoresF16T(const uint16_t* k, int64_t ld, int64_t first, int64_t n, const f
 }
 
 // G query heads against 8 * S slots of a Q8_0 K stored dimension-major (S = 2: 16 slots; S = 1:
-// r <= 8, a last strip of r < 8 through zeroed copies), in integers: two dimensions' codes of
-// the slots, interleaved and widened to 16 bits, meet a broadcast pair of the query's codes in
-// vpmaddwd, each slot's sum in its own int32 lane (exact: 32 products of at most 127 * 128 a
-// group), then times the query's and the slots' scales per group of 32 dimensions. Per pair
-// of dimensions and 8 slots that is one vpmaddwd and one add a head where floats took two
-// FMAs; the codes are widened once for all G heads, and each broadcast serves S vectors (as
-// in ScoresStrip, the broadcasts would set the pace).
+// r <= 8, a last strip of r < 8 through zeroed copies), in integers, four dimensions at a
+// time: the slots' codes of dimensions i .. i + 3 are gathered into one int32 lane a slot
+// (once for all G heads) and meet a broadcast quad of the query's codes as maddubs(|k|,
+// sign(q, k)): pairs of at most 2 * 128 * 127 < 32768 (exact for a code of -128 too, as the
+// query's codes stay within +-127), and madd by ones sums each lane's two pairs. The group's
+// exact sum then goes times the query's and the slots' scales into s. vpmaddwd runs at one
+// a cycle here, so the pairs of dimensions widened to 16 bits that it multiplied before (one
+// vpmaddwd per 16 products) took about the time of f16's FMAs; this takes one per 32.
 template <int G, int S>
 void ScoresQ8Strip(const uint8_t* k, const Q8DimsLayout& lay, int64_t j, int64_t r,
                    const BlockQ8Act* q, int64_t d, float scale, float* s, int64_t s_stride,
                    Ahead& ahead) {
   const int64_t groups = d / kQK;
-  auto eight = [&](const uint8_t* c) {
+  auto row = [&](const uint8_t* c) {
+    if (S == 2) return _mm_loadu_si128(reinterpret_cast<const __m128i*>(c));
     if (r == 8) return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(c));
     int64_t bytes = 0;
     std::memcpy(&bytes, c, static_cast<size_t>(r));
     return _mm_cvtsi64_si128(bytes);
   };
-  // Each group's scores add into s: float accumulators kept across the groups besides the
-  // integer ones spilled one of those to the stack, a store and a load on its chain.
+  const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < groups; ++b) {
-    alignas(32) int16_t qw[G][kQK];  // the query's codes as 16 bits, read a pair at a time
-    for (int g = 0; g < G; ++g) {
-      const int8_t* qs = q[g * groups + b].qs;
-      for (int i = 0; i < kQK; i += 16) {
-        const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + i));
-        _mm256_store_si256(reinterpret_cast<__m256i*>(&qw[g][i]), _mm256_cvtepi8_epi16(bytes));
-      }
-    }
+    // The heads' codes side by side, so that one pointer reaches every quad (G pointers into
+    // q held more general registers than there are).
+    alignas(32) int8_t qc[G][kQK];
+    for (int g = 0; g < G; ++g) std::memcpy(qc[g], q[g * groups + b].qs, kQK);
     __m256i dot[S][G];
     for (int v = 0; v < S; ++v) {
       for (int g = 0; g < G; ++g) dot[v][g] = _mm256_setzero_si256();
     }
-    for (int64_t i = 0; i < kQK; i += 2) {
+    for (int64_t i = 0; i < kQK; i += 4) {
       ahead.Step();
       const uint8_t* c = k + lay.CodeOffset(b, i, j);
-      // Word 2s + e of pairs[v] is slot 8v + s's code of dimension i + e.
-      __m256i pairs[S];
+      const __m128i d0 = row(c), d1 = row(c + lay.slots);
+      const __m128i d2 = row(c + 2 * lay.slots), d3 = row(c + 3 * lay.slots);
+      // Byte 4s + e of quads[v] is slot 8v + s's code of dimension i + e.
+      __m256i quads[S];
+      const __m128i lo01 = _mm_unpacklo_epi8(d0, d1), lo23 = _mm_unpacklo_epi8(d2, d3);
+      quads[0] = _mm256_set_m128i(_mm_unpackhi_epi16(lo01, lo23), _mm_unpacklo_epi16(lo01, lo23));
       if constexpr (S == 2) {
-        const __m128i d0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(c));
-        const __m128i d1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(c + lay.slots));
-        pairs[0] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(d0, d1));
-        pairs[1] = _mm256_cvtepi8_epi16(_mm_unpackhi_epi8(d0, d1));
-      } else {
-        pairs[0] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(eight(c), eight(c + lay.slots)));
+        const __m128i hi01 = _mm_unpackhi_epi8(d0, d1), hi23 = _mm_unpackhi_epi8(d2, d3);
+        quads[1] =
+            _mm256_set_m128i(_mm_unpackhi_epi16(hi01, hi23), _mm_unpacklo_epi16(hi01, hi23));
       }
+      __m256i magnitudes[S];
+      for (int v = 0; v < S; ++v) magnitudes[v] = _mm256_abs_epi8(quads[v]);
       for (int g = 0; g < G; ++g) {
-        int32_t two;
-        std::memcpy(&two, &qw[g][i], sizeof two);
-        const __m256i w = _mm256_set1_epi32(two);
+        int32_t four;
+        std::memcpy(&four, qc[g] + i, sizeof four);
+        const __m256i qq = _mm256_set1_epi32(four);
         for (int v = 0; v < S; ++v) {
-          dot[v][g] = _mm256_add_epi32(dot[v][g], _mm256_madd_epi16(pairs[v], w));
+          const __m256i pairs =
+              _mm256_maddubs_epi16(magnitudes[v], _mm256_sign_epi8(qq, quads[v]));
+          dot[v][g] = _mm256_add_epi32(dot[v][g], _mm256_madd_epi16(pairs, ones));
+          __asm__("" : "+x"(dot[v][g]));
         }
       }
     }
@@ -724,6 +727,8 @@ void ScoresQ8Strip(const uint8_t* k, const Q8DimsLayout& lay, int64_t j, int64_t
         const __m256 w = _mm256_mul_ps(scales, _mm256_set1_ps(q[g * groups + b].d));
         part[g] = _mm256_mul_ps(_mm256_cvtepi32_ps(dot[v][g]), w);
       }
+      // Each group's scores add into s: float accumulators kept across the groups as well
+      // spilled an integer one to the stack, a store and a load on its chain.
       StoreScores<G>(part, S == 2 ? 8 : r, scale, s + 8 * v, s_stride, b > 0);
     }
   }

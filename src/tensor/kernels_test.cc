@@ -432,8 +432,8 @@ TEST(KernelsTest, ScoresQ8TReferenceIsTheDotOfEachDequantizedSlot) {
 
 // Every level on awkward sizes: strips of 16 slots (ld 16, the 64-byte load of four rows),
 // runs that start inside the rows and end short of 8 or 16, and head counts that leave every
-// remainder of 8, 4 and 2. Codes of -127 and 127 with queries at their extremes check that
-// the q + 128 trick of the VNNI level loses nothing.
+// remainder of 8, 4 and 2. Codes of -128, -127 and 127 with queries at their extremes check
+// that the q + 128 trick of the VNNI level and AVX2's maddubs(|k|, sign(q, k)) lose nothing.
 TEST(KernelsTest, ScoresQ8TMatchesReference) {
   const KernelSet& ref = ReferenceKernels();
   for (const KernelSet* ks : AvailableKernelSets()) {
@@ -450,6 +450,7 @@ TEST(KernelsTest, ScoresQ8TMatchesReference) {
             const Q8DimsLayout lay{ld};
             for (int64_t j = 0; j < ld; ++j) {
               k[lay.CodeOffset(0, 0, j)] = static_cast<uint8_t>(j % 2 ? 127 : -127);
+              if (j % 2 == 0) k[lay.CodeOffset(0, 1, j)] = static_cast<uint8_t>(-128);
             }
             std::vector<float> got(n_g * s_stride, 42.0f), want(n_g * s_stride, 42.0f);
             AheadBuffer ahead;
