@@ -259,6 +259,21 @@ struct Ahead {
   void Return(Prefetch* p) const {
     if (p) p->next = next;
   }
+  // body(i) for i < n, asking for a line before every two: a step before each one left the
+  // strips' loops bound by dispatching the step's test and branch, not by their FMAs.
+  template <class Body>
+  void EveryTwo(int64_t n, const Body& body) {
+    int64_t i = 0;
+    for (; i + 2 <= n; i += 2) {
+      Step();
+      body(i);
+      body(i + 1);
+    }
+    if (i < n) {
+      Step();
+      body(i);
+    }
+  }
 };
 
 // G heads' y over 4 vectors of 8 columns stay in registers while every row of v adds into
@@ -280,16 +295,7 @@ void WeightedStrip(const float* p, int64_t p_stride, const typename Src::Elem* v
     }
   };
   // A line per two rows: the strips of a call together ask for more lines than they read.
-  int64_t j = 0;
-  for (; j + 2 <= n; j += 2) {
-    ahead.Step();
-    row(j);
-    row(j + 1);
-  }
-  if (j < n) {
-    ahead.Step();
-    row(j);
-  }
+  ahead.EveryTwo(n, row);
   for (int g = 0; g < G; ++g) {
     for (int c = 0; c < 4; ++c) _mm256_storeu_ps(y + g * d + 8 * c, acc[g][c]);
   }
@@ -601,16 +607,7 @@ void ScoresStrip(const uint16_t* k, int64_t ld, int64_t r, const float* qt, int6
     }
   };
   // A line per two dimensions asks for at least the lines a strip reads (16 slots of f16).
-  int64_t i = 0;
-  for (; i + 2 <= dims; i += 2) {
-    ahead.Step();
-    dim(i);
-    dim(i + 1);
-  }
-  if (i < dims) {
-    ahead.Step();
-    dim(i);
-  }
+  ahead.EveryTwo(dims, dim);
   for (int v = 0; v < S; ++v) {
     StoreScores<G>(acc[v], S == 1 ? r : 8, scale, s + 8 * v, s_stride, add);
   }
