@@ -12,6 +12,15 @@ namespace kvllm::internal {
 
 namespace {
 
+// An empty asm that GCC must assume changes v: v is computed in full at this point and held
+// in a register. Where GCC instead folded a load into every use of v, or reassociated sums
+// into trees that needed more registers than AVX2 has (spilling accumulators to the stack, a
+// store and a load on their chains), the kernels below ran slower (each says by how much).
+template <class V>
+void InRegister(V& v) {
+  __asm__("" : "+x"(v));
+}
+
 float HSum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -664,9 +673,9 @@ void ScoresF16T(const uint16_t* k, int64_t ld, int64_t first, int64_t n, const f
 // (once for all G heads) and meet a broadcast quad of the query's codes as maddubs(|k|,
 // sign(q, k)): pairs of at most 2 * 128 * 127 < 32768 (exact for a code of -128 too, as the
 // query's codes stay within +-127), and madd by ones sums each lane's two pairs. The group's
-// exact sum then goes times the query's and the slots' scales into s. vpmaddwd runs at one
-// a cycle here, so the pairs of dimensions widened to 16 bits that it multiplied before (one
-// vpmaddwd per 16 products) took about the time of f16's FMAs; this takes one per 32.
+// exact sum then goes times the query's and the slots' scales into s. Pairs of dimensions
+// widened to 16 bits for vpmaddwd (one per 16 products, with the widening and interleaving)
+// took longer than f16's FMAs (BM_AttentionKernels); this takes one vpmaddwd per 32 products.
 template <int G, int S>
 void ScoresQ8Strip(const uint8_t* k, const Q8DimsLayout& lay, int64_t j, int64_t r,
                    const BlockQ8Act* q, int64_t d, float scale, float* s, int64_t s_stride,
@@ -713,7 +722,7 @@ void ScoresQ8Strip(const uint8_t* k, const Q8DimsLayout& lay, int64_t j, int64_t
           const __m256i pairs =
               _mm256_maddubs_epi16(magnitudes[v], _mm256_sign_epi8(qq, quads[v]));
           dot[v][g] = _mm256_add_epi32(dot[v][g], _mm256_madd_epi16(pairs, ones));
-          __asm__("" : "+x"(dot[v][g]));
+          InRegister(dot[v][g]);  // in order, so that the 8 sums stay in registers
         }
       }
     }
@@ -1042,10 +1051,9 @@ struct Q4_0x8Codes {
                           _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), low),
                                                xh)));
       }
-      // Keeps the sums in this order: reassociated into trees, they held more registers than
-      // AVX2 has and pushed acc of Act16DecodeGroup to the stack, a store and a load on its
-      // chain each block (BM_DecodeResident one core 4-7% slower, docs/performance.md).
-      __asm__("" : "+x"(pairs[0]), "+x"(pairs[1]));
+      // The sums in this order: as trees they pushed acc of Act16DecodeGroup to the stack
+      // (BM_DecodeResident one core 4-7% slower, docs/performance.md).
+      for (__m256i& p : pairs) InRegister(p);
     }
     const __m256i offset = _mm256_set1_epi32(8 * xsum);
     for (int h = 0; h < 2; ++h) {
@@ -1092,7 +1100,7 @@ struct Q8_0x8Codes {
       for (int h = 0; h < 2; ++h) {
         dot[h] = _mm256_add_epi32(dot[h], QuadDot(Signed(qs + 64 * j + 32 * h), xj));
       }
-      __asm__("" : "+x"(dot[0]), "+x"(dot[1]));  // as in Q4_0x8Codes::BothHalves
+      for (int h = 0; h < 2; ++h) InRegister(dot[h]);  // as in Q4_0x8Codes::BothHalves
     }
   }
 };
@@ -1201,9 +1209,9 @@ void TileKernel(const TileArgs& a, const float* x, float* y) {
     for (int t = 0; t < T; ++t) xv[t] = _mm256_loadu_ps(x + t * a.x_stride + i);
     for (int r = 0; r < R; ++r) {
       __m256 wv = _mm256_loadu_ps(a.w + r * a.w_stride + i);
-      // Pins wv in a register. Otherwise GCC folds the load into each of the T FMAs, loading
-      // w T times, and the loop becomes load bound (measured ~18% slower on Zen).
-      __asm__("" : "+x"(wv));
+      // Otherwise GCC folds the load into each of the T FMAs, loading w T times, and the loop
+      // becomes load bound (measured ~18% slower on Zen).
+      InRegister(wv);
       for (int t = 0; t < T; ++t) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
     }
   }
