@@ -1009,6 +1009,7 @@ float DotAct(DType t, const void* row, const BlockQ8Act* xq, int64_t n) {
 // madd by ones sums the pairs, which is the lane's exact 4-term dot.
 struct Q4_0x8Codes {
   static constexpr int64_t kBlockBytes = sizeof(BlockQ4_0x16);
+  static constexpr int64_t kAheadBytes = 1024;  // Act16DecodeGroup
   // The nibbles of a block's qs, code + 8 (unsigned).
   static void Load(const uint8_t* qs, int h, __m256i c[8]) {
     const __m256i low = _mm256_set1_epi8(0x0f);
@@ -1069,6 +1070,7 @@ struct Q4_0x8Codes {
 // +-127 (QuantizeAct). One madd a quad widens the pairs, which could not add up in int16.
 struct Q8_0x8Codes {
   static constexpr int64_t kBlockBytes = sizeof(BlockQ8_0x16);
+  static constexpr int64_t kAheadBytes = 512;  // Act16DecodeGroup
   static __m256i Signed(const uint8_t* line) {
     return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(line)),
                             _mm256_set1_epi8(static_cast<char>(0x80)));
@@ -1131,11 +1133,12 @@ void Act8Half(const Act16Args& a, int64_t g, int h, int64_t t0) {
   }
 }
 
-// How far ahead of the block in use Act16DecodeGroup asks for weights. Without it, the
-// hardware prefetchers alone kept 2 threads' decode stream at 0.77-0.80 of the read loop's
-// bandwidth on the 2-core Zen 3 here; 1 KiB ahead 0.87-0.93, 2 KiB 0.82-0.93, 4 KiB 0.78-0.89
-// (`BM_DecodeStream/dtype:2`, 5 repetitions each, two rounds; Q8_0 alike, docs/performance.md).
-constexpr int64_t kDecodeAheadBytes = 1024;
+// How far ahead of the block in use Act16DecodeGroup asks for weights (Codes::kAheadBytes).
+// Without it, the hardware prefetchers alone kept 2 threads' decode stream at 0.77-0.80 of the
+// read loop's bandwidth on the 2-core Zen 3 here. Q4_0, 1 KiB ahead: 0.87-0.93, 2 KiB
+// 0.82-0.93, 4 KiB 0.78-0.89 (`BM_DecodeStream/dtype:2`, 5 repetitions each, two rounds).
+// Q8_0 does best about one of its 544-byte blocks ahead: 512 bytes 0.83-0.92, 1 KiB 0.80-0.89
+// (`BM_DecodeStream/dtype:8/rows:2048`, alternated, docs/performance.md).
 
 // Group g of interleaved weights against one token (decode): both halves at once, so that
 // each 64-byte line of codes is read once, in order, and each activation quad is broadcast
@@ -1153,7 +1156,7 @@ void Act16DecodeGroup(const Act16Args& a, int64_t g, int64_t t) {
   for (int64_t b = 0; b < nb; ++b) {
     const char* ahead = reinterpret_cast<const char*>(group + b * layout.block_bytes);
     for (int l = 0; l < kBlockLines; ++l) {
-      _mm_prefetch(ahead + kDecodeAheadBytes + 64 * l, _MM_HINT_T0);
+      _mm_prefetch(ahead + Codes::kAheadBytes + 64 * l, _MM_HINT_T0);
     }
     __m256i dot[2];
     Codes::BothHalves(group + layout.QsOffset(b), xq[b], xsum[b], dot);
