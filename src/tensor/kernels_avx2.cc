@@ -1009,7 +1009,7 @@ float DotAct(DType t, const void* row, const BlockQ8Act* xq, int64_t n) {
 // madd by ones sums the pairs, which is the lane's exact 4-term dot.
 struct Q4_0x8Codes {
   static constexpr int64_t kBlockBytes = sizeof(BlockQ4_0x16);
-  static constexpr int64_t kAheadBytes = 1024;  // Act16DecodeGroup
+  static constexpr int64_t kAheadBytes = 1024;  // see Act16DecodeGroup
   // The nibbles of a block's qs, code + 8 (unsigned).
   static void Load(const uint8_t* qs, int h, __m256i c[8]) {
     const __m256i low = _mm256_set1_epi8(0x0f);
@@ -1070,7 +1070,7 @@ struct Q4_0x8Codes {
 // +-127 (QuantizeAct). One madd a quad widens the pairs, which could not add up in int16.
 struct Q8_0x8Codes {
   static constexpr int64_t kBlockBytes = sizeof(BlockQ8_0x16);
-  static constexpr int64_t kAheadBytes = 512;  // Act16DecodeGroup
+  static constexpr int64_t kAheadBytes = 512;  // see Act16DecodeGroup
   static __m256i Signed(const uint8_t* line) {
     return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(line)),
                             _mm256_set1_epi8(static_cast<char>(0x80)));
@@ -1133,16 +1133,15 @@ void Act8Half(const Act16Args& a, int64_t g, int h, int64_t t0) {
   }
 }
 
-// How far ahead of the block in use Act16DecodeGroup asks for weights (Codes::kAheadBytes).
-// Without it, the hardware prefetchers alone kept 2 threads' decode stream at 0.77-0.80 of the
+// Group g of interleaved weights against one token (decode): both halves at once, so that
+// each 64-byte line of codes is read once, in order, and each activation quad is broadcast
+// once for the 16 rows. The same arithmetic as Act8Half<Codes, 1>.
+// The weights are asked for Codes::kAheadBytes ahead of the block in use. Without the
+// request, the hardware prefetchers alone kept 2 threads' decode stream at 0.77-0.80 of the
 // read loop's bandwidth on the 2-core Zen 3 here. Q4_0, 1 KiB ahead: 0.87-0.93, 2 KiB
 // 0.82-0.93, 4 KiB 0.78-0.89 (`BM_DecodeStream/dtype:2`, 5 repetitions each, two rounds).
 // Q8_0 does best about one of its 544-byte blocks ahead: 512 bytes 0.83-0.92, 1 KiB 0.80-0.89
 // (`BM_DecodeStream/dtype:8/rows:2048`, alternated, docs/performance.md).
-
-// Group g of interleaved weights against one token (decode): both halves at once, so that
-// each 64-byte line of codes is read once, in order, and each activation quad is broadcast
-// once for the 16 rows. The same arithmetic as Act8Half<Codes, 1>.
 template <class Codes>
 void Act16DecodeGroup(const Act16Args& a, int64_t g, int64_t t) {
   // Requests that cover a block's bytes: 5 for Q4_0's 288, 9 for Q8_0's 544.
