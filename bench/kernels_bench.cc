@@ -378,9 +378,12 @@ void BM_AttentionKernels(benchmark::State& state) {
 }
 
 // A whole TinyLlama decode step's attention at `depth`: 22 layers, each with its 4 KV heads
-// attended by `threads` threads as the model does, both cores streaming K and V from memory.
-// Args: kv format index, depth, threads, interleaved (the sequence's blocks not adjacent in
-// the pool; AttentionCache).
+// attended by `threads` threads as the model does, both cores reading K and V past the L2
+// (88 MiB of f16 from memory at 4,096 tokens; 22 MiB at 1,024, mostly in the L3). Args: kv
+// format index, depth, threads, interleaved (the sequence's blocks not adjacent in the pool;
+// AttentionCache), joins: 1 waits for every thread after each layer, as the model must (the
+// next layer needs this one's output); 0 gives each thread its heads of every layer in one
+// task, so that the cost of those waits, and of the threads' imbalance at each, shows.
 void BM_AttentionStep(benchmark::State& state) {
   constexpr int32_t kLayers = 22, kHeads = 4;
   const char* name = kAttentionFormats[state.range(0)];
@@ -395,11 +398,24 @@ void BM_AttentionStep(benchmark::State& state) {
   const int64_t scratch_floats =
       (AttentionScratchFloats(cache.layout, AttentionCache::kGroup) + 15) / 16 * 16 + 16;
   std::vector<float> scratch(scratch_floats * pool.size());
+  auto attend = [&](int32_t layer, int64_t h, int thread) {
+    AttendGroup(cache.Args(layer, static_cast<int32_t>(h), depth, &q[h * group_floats]),
+                &out[h * group_floats], &scratch[thread * scratch_floats]);
+  };
+  const bool joins = state.range(4) != 0;
+  const int64_t n_threads = pool.size();
   for (auto _ : state) {
-    for (int32_t layer = 0; layer < kLayers; ++layer) {
-      pool.ParallelFor(kHeads, [&](int64_t h, int thread) {
-        AttendGroup(cache.Args(layer, static_cast<int32_t>(h), depth, &q[h * group_floats]),
-                    &out[h * group_floats], &scratch[thread * scratch_floats]);
+    if (joins) {
+      for (int32_t layer = 0; layer < kLayers; ++layer) {
+        pool.ParallelFor(kHeads, [&](int64_t h, int thread) { attend(layer, h, thread); });
+      }
+    } else {
+      pool.ParallelFor(n_threads, [&](int64_t t, int thread) {
+        for (int32_t layer = 0; layer < kLayers; ++layer) {
+          for (int64_t h = t * kHeads / n_threads; h < (t + 1) * kHeads / n_threads; ++h) {
+            attend(layer, h, thread);
+          }
+        }
       });
     }
     benchmark::DoNotOptimize(out.data());
@@ -460,8 +476,11 @@ BENCHMARK(BM_Attention)
 BENCHMARK(BM_AttentionKernels)->ArgNames({"part"})->DenseRange(0, 4)->Unit(benchmark::kMicrosecond);
 
 BENCHMARK(BM_AttentionStep)
-    ->ArgNames({"kv", "depth", "threads", "interleaved"})
-    ->ArgsProduct({{0, 1}, {4096}, {1, 2}, {0, 1}})
+    ->ArgNames({"kv", "depth", "threads", "interleaved", "joins"})
+    ->ArgsProduct({{0, 1}, {4096}, {1, 2}, {0, 1}, {1}})
+    ->Args({0, 4096, 2, 0, 0})
+    ->Args({0, 1024, 1, 0, 1})
+    ->Args({0, 1024, 2, 0, 1})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
