@@ -130,19 +130,20 @@ double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
 
-// Decode (one token, 2 threads) through 512 Mi weights of 2048 columns (F16 1 GiB, Q8_0
+// Decode (one token, `threads` threads) through 512 Mi weights of 2048 columns (F16 1 GiB, Q8_0
 // 570 MB, Q4_0 295 MB: past the caches), cut into matrices of `rows` rows, one MatMul each,
 // in the layout the model loads them in (Q8_0/Q4_0 interleaved at the AVX-512 level): a token
 // of TinyLlama runs 111 MatMuls of 256 to 32,000 rows. Each iteration first reads the same
 // bytes with the roofline's read loop, so the counter `of_read`, the median over iterations
 // of the MatMuls' rate over the read loop's, compares the two at the same minute of a shared
 // machine's bandwidth; bytes_per_second is the MatMuls' alone. Args: dtype, rows (262144: the
-// whole stack as one matrix).
+// whole stack as one matrix), threads (of the pool both loops run on). One thread reads the
+// matrices as one stream, two threads each its half of every matrix in turn.
 void BM_DecodeStream(benchmark::State& state) {
   const auto t = static_cast<DType>(state.range(0));
   const int64_t rows = state.range(1);
   constexpr int64_t kIn = 2048, kRows = 262144;
-  ThreadPool pool(2);
+  ThreadPool pool(static_cast<int>(state.range(2)));
   const size_t row_bytes = RowBytes(t, kIn);
   const DecodeWeights d = DecodeMatrices(t, rows, kRows);
   const std::vector<float> x = RandomFloats(kIn);
@@ -460,8 +461,9 @@ BENCHMARK(BM_MatMul)
     ->Unit(benchmark::kMicrosecond);
 
 BENCHMARK(BM_DecodeStream)
-    ->ArgNames({"dtype", "rows"})
-    ->ArgsProduct({{kF16, kQ8_0, kQ4_0}, {256, 2048, 262144}})
+    ->ArgNames({"dtype", "rows", "threads"})
+    ->ArgsProduct({{kF16, kQ8_0, kQ4_0}, {256, 2048, 262144}, {2}})
+    ->ArgsProduct({{kQ8_0, kQ4_0}, {2048, 262144}, {1}})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 
