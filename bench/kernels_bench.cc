@@ -153,12 +153,15 @@ void BM_DecodeStream(benchmark::State& state) {
   constexpr int64_t kChunkWords = (1 << 20) / 8;
   const auto* words = reinterpret_cast<const uint64_t*>(d.w.data());
   const int64_t n_chunks = static_cast<int64_t>(row_bytes * kRows / 8) / kChunkWords;
-  alignas(64) uint64_t sums[2][8] = {};  // a cache line per thread
+  struct alignas(64) Sum {  // a cache line per thread
+    uint64_t value = 0;
+  };
+  std::vector<Sum> sums(pool.size());
   std::vector<double> read_times, ratios;
   for (auto _ : state) {
     auto start = std::chrono::steady_clock::now();
     pool.ParallelFor(n_chunks, [&](int64_t c, int thread) {
-      sums[thread][0] += read_sum(words + c * kChunkWords, kChunkWords);
+      sums[thread].value += read_sum(words + c * kChunkWords, kChunkWords);
     });
     const double read_s = Seconds(start);
     start = std::chrono::steady_clock::now();
@@ -172,7 +175,7 @@ void BM_DecodeStream(benchmark::State& state) {
     ratios.push_back(read_s / matmul_s);
     benchmark::ClobberMemory();
   }
-  benchmark::DoNotOptimize(sums);
+  benchmark::DoNotOptimize(sums.data());
   // The shared machine's bandwidth jumps between levels within seconds, and the MatMuls keep
   // up with a slow read loop better than with a fast one: `of_fast_read` is the median over
   // the iterations whose read loop was faster than the median one.
