@@ -11,23 +11,29 @@
 set -euo pipefail
 model=$1 depth=${2:-4096} steps=${3:-300} kv=${4:-f16}
 kvllm=${BUILD:-build}/kvllm
+hz=4000  # perf's samples per second and thread: a sample stands for 1000 / hz ms of CPU
 dir=$(mktemp -d /tmp/step_profile.XXXXXX)
 trap 'rm -rf "$dir"' EXIT
 # Profiles one depth: writes $dir/$1.tsv (CPU ms per step, function) and prints its ms per step.
 profile() {
   local d=$1 table ms
-  table=$(perf record -q -F 4000 -o "$dir/$d.data" -- "$kvllm" bench -m "$model" \
+  table=$(perf record -q -F "$hz" -o "$dir/$d.data" -- "$kvllm" bench -m "$model" \
     -t "${THREADS:-2}" -p 1 -n 1 -r 1 --depth-steps "$steps" -ctk "$kv" -ctv "$kv" \
-    --cache-only --no-mmap --no-roofline --depths "$d" 2>/dev/null)
+    --cache-only --no-mmap --no-roofline --depths "$d" 2>"$dir/$d.err") || true
   ms=$(echo "$table" | awk -F'|' -v d="$d" '$2 + 0 == d && $3 + 0 > 0 {print $3 + 0}')
+  if [ -z "$ms" ]; then
+    echo "step_profile: no depth-$d row in the bench's output:" >&2
+    cat "$dir/$d.err" >&2
+    exit 1
+  fi
   perf script -i "$dir/$d.data" -F tid,time,ip,sym 2>/dev/null | awk -v ms="$ms" \
-    -v steps="$steps" '
+    -v steps="$steps" -v hz="$hz" '
     { t = $2 + 0; s = $4; for (i = 5; i <= NF; ++i) s = s " " $i
       time[NR] = t; sym[NR] = substr(s, 1, 80); if (t > end) end = t }
     END {
-      e = end - 0.01; s = e - 0.9 * ms * steps / 1000
-      for (i = 1; i <= NR; ++i) if (time[i] >= s && time[i] < e) { a[sym[i]]++; n++ }
-      for (k in a) printf "%s\t%.4f\t%s\n", k, a[k] / 4 / (0.9 * steps), a[k] / n
+      stop = end - 0.01; start = stop - 0.9 * ms * steps / 1000
+      for (i = 1; i <= NR; ++i) if (time[i] >= start && time[i] < stop) { a[sym[i]]++; n++ }
+      for (k in a) printf "%s\t%.4f\t%s\n", k, a[k] * 1000 / hz / (0.9 * steps), a[k] / n
     }' > "$dir/$d.tsv"
   echo "$ms"
 }
