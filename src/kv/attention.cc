@@ -144,7 +144,9 @@ void DequantizeValues(const AttentionArgs& a, const uint8_t* v_rows, int32_t slo
 // chunk (ChunkAhead::b0, b1). Where the blocks stay adjacent for kFarChunks more
 // chunks before `last` (one past the span's last block), each request also asks the L2 for
 // the line that many chunks further on: with requests only one chunk ahead, K and V still
-// arrived late enough to leave the FMAs waiting a fifth of the time at 4,096 tokens.
+// arrived late enough to leave the FMAs waiting a fifth of the time at 4,096 tokens. Kernels
+// with a prefetch_lead are given their own chunk instead where it and the next are adjacent
+// (LeadOf).
 constexpr int32_t kFarChunks = 2;
 
 struct ChunkAhead {
@@ -194,6 +196,22 @@ Prefetch ScatteredAhead(const AttentionArgs& a, const BlockTable& table, const C
   const uint8_t* p = v ? a.kv->VHead(table.blocks[b], a.layer, a.kv_head)
                        : a.kv->KHead(table.blocks[b], a.layer, a.kv_head);
   return {p, p + (v ? lay.v_head_bytes() : lay.k_head_bytes())};
+}
+
+// For a level with KernelSet::prefetch_lead > 0: what its kernels ask for while they read the
+// range `cur` (a chunk's K or V, adjacent in the pool), given `next`, the next chunk's range
+// (empty where there is none or its blocks are not adjacent). They ask for cur itself, `lead`
+// bytes ahead of where they read, running on into the next chunk's first bytes where it
+// follows; each line's far partner is its line of the next chunk, asked for only where the
+// next chunk is as long (a shorter last chunk would send the requests past the span's end).
+Prefetch LeadOf(const Prefetch& cur, const Prefetch& next, int64_t lead) {
+  const int64_t bytes = cur.end - cur.next;
+  const bool follows = next.next != nullptr && next.next == cur.end;
+  Prefetch p;
+  p.next = cur.next + std::min(lead, bytes);
+  p.end = follows ? cur.end + std::min<int64_t>(lead, next.end - next.next) : cur.end;
+  if (follows && next.end - next.next == bytes && bytes > lead) p.far = bytes - lead;
+  return p;
 }
 
 // Asks for the lines of `ahead` a kernel did not.
@@ -255,6 +273,13 @@ void AttendRange(const AttentionArgs& a, int32_t lo, int32_t hi, float* acc_out,
   // V rows of a type weighted_rows reads are read in place; others are converted first.
   const bool v_in_place = !vf.is_kivi() && (vt == DType::kF32 || vt == DType::kF16 ||
                                             vt == DType::kBF16 || vt == DType::kQ8_0);
+  // Kernels that ask for their own data ahead (prefetch_lead) are given it where they read
+  // both K and V in place: a dimension-major K never staged, and such a V.
+  const int64_t lead =
+      lay.k_format().dimension_major(KVRole::kK) && !lay.k_format().staged(KVRole::kK) &&
+              v_in_place
+          ? kern.prefetch_lead
+          : 0;
   std::fill(run_max, run_max + a.n_group, -std::numeric_limits<float>::infinity());
   std::fill(run_sum, run_sum + a.n_group, 0.0f);
   std::fill(acc_out, acc_out + int64_t{a.n_group} * d, 0.0f);
@@ -287,6 +312,13 @@ void AttendRange(const AttentionArgs& a, int32_t lo, int32_t hi, float* acc_out,
                                  chunk_end < next_end ? (next_end - 1) / bs + 1 : 0,
                                  (end - 1) / bs + 1);
       const int32_t chunk_b0 = chunk0 / bs;
+      if (lead > 0 && ahead.b0 >= ahead.b1) {
+        const ChunkAhead cur = AheadOf(a, table, chunk_b0, (chunk_end - 1) / bs + 1, 0);
+        if (cur.b0 >= cur.b1) {
+          ahead.k = LeadOf(cur.k, ahead.k, lead);
+          ahead.v = LeadOf(cur.v, ahead.v, lead);
+        }
+      }
       auto k_scores = [&](int32_t b, int32_t slot0, int32_t n, int32_t off) {
         KBlock kb{a.kv->KHead(table.blocks[b], a.layer, a.kv_head), nullptr};
         if (b == staged.block_idx) kb.rows = staged.rows + int64_t{a.kv_head} * bs * d;

@@ -20,12 +20,12 @@ enum class SimdLevel { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
 const char* SimdLevelName(SimdLevel level);
 
 // Memory a kernel asks the cache for while it works, one 64-byte line per step of its main loop
-// (a row of V, a dimension of K), for the data its caller reads next: requests spread this
-// way keep the core's few outstanding misses busy through the arithmetic, where a burst of
-// them ahead of it stalls the loads behind it. A kernel advances `next` past the lines it
-// asked for; the caller asks for any left over itself. With `far` > 0, each step also asks
-// the L2 (not the L1) for the line `far` bytes beyond its own: the caller's data after next,
-// which then waits in the L2 rather than in memory when its turn comes.
+// (a row of V, a dimension of K): requests spread this way keep the core's few outstanding
+// misses busy through the arithmetic, where a burst of them ahead of it stalls the loads
+// behind it. A kernel advances `next` past the lines it asked for; the caller asks for any
+// left over itself. With `far` > 0, each step also asks the L2 (not the L1) for the line
+// `far` bytes beyond its own, which then waits in the L2 rather than in memory when its turn
+// comes. Which lines the range holds is the caller's choice, by the level's prefetch_lead.
 struct Prefetch {
   const uint8_t* next = nullptr;
   const uint8_t* end = nullptr;
@@ -90,6 +90,13 @@ struct KernelSet {
   // gate[j] = silu(gate[j]) * up[j] = gate[j] / (1 + exp(-gate[j])) * up[j] for j < n (the
   // feed-forward's SwiGLU). Within a few ulps of std::exp's.
   void (*swiglu)(float* gate, const float* up, int64_t n);
+  // What attention gives scores_* and weighted_rows to ask for (Prefetch). 0: the data read
+  // after theirs (the next chunk; `far` the one after that). > 0: these kernels ask for about
+  // one line per 64 bytes they read, so they are given their own data, prefetch_lead bytes
+  // ahead of where they read it, and `far` reaches the next chunk: the L1 then holds little
+  // beyond what is read soon, where a whole next chunk asked into it pushed out the current
+  // one before it was read.
+  int64_t prefetch_lead;
 };
 
 // The best set this CPU supports (the environment variable KVLLM_SIMD=scalar|avx2|avx512 may

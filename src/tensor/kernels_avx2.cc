@@ -1260,7 +1260,7 @@ void Widen16(DType wt, const uint8_t* w, int64_t n_chunks, float* out, int64_t o
 const LevelKernels& Avx2LevelKernels() {
   static constexpr LevelKernels kLevel = {
       {SimdLevel::kAvx2, &Dot, &Axpy, &Dequantize, &DotF32, &WeightedRows, &ExpSum,
-       &MaxF32, &ScoresF16T, &ScoresQ8T, &QuantizeAct, &DotAct, &SwiGlu},
+       &MaxF32, &ScoresF16T, &ScoresQ8T, &QuantizeAct, &DotAct, &SwiGlu, 0},
       &DotTile,
       &DotRows,
       &DotActTile,

@@ -247,6 +247,12 @@ void Dequantize(DType t, const void* row, float* y, int64_t n) {
 
 float DotF32(const float* a, const float* b, int64_t n) { return DotFloat<F32Src>(a, b, n); }
 
+// Attention's kernels here ask for a line per 64 bytes they read (one per dimension of a pair
+// of K strips, one per 64 bytes of a V row in a pass's strips), so they are given their own
+// data this far ahead (KernelSet::prefetch_lead): two 2 KiB K tiles, 32 rows of an f16 V
+// (2 and 8 KiB measured alike).
+constexpr int64_t kPrefetchLead = 4096;
+
 // The lines of a Prefetch still to ask for, kept in registers through a kernel's loops: Step()
 // asks for one.
 struct Ahead {
@@ -281,8 +287,10 @@ void WeightedStrip(const float* p, int64_t p_stride, const typename Src::Elem* v
           kMasked ? _mm512_maskz_loadu_ps(m, y + g * d) : _mm512_loadu_ps(y + g * d + 16 * c);
     }
   }
+  // A line per 64 bytes this strip reads of a row (at least one a row).
+  constexpr int kSteps = (16 * C * static_cast<int>(sizeof(typename Src::Elem)) + 63) / 64;
   for (int64_t j = 0; j < n; ++j) {
-    ahead.Step();
+    for (int t = 0; t < kSteps; ++t) ahead.Step();
     __m512 vj[C];
     for (int c = 0; c < C; ++c) {
       vj[c] = kMasked ? Src::LoadMasked(m, v + j * d) : Src::Load(v + j * d + 16 * c);
@@ -528,7 +536,9 @@ void ScoresStrips(const uint16_t* const (&k)[S], __mmask16 m, float* s, int64_t 
   for (int64_t i = 0; i < d; ++i) {
     __m512 kv[S];
     for (int t = 0; t < S; ++t) {
-      ahead.Step();
+      // A line per dimension (what two strips read of it), asked inside this loop: hoisted
+      // above it, GCC 12 made the loop about 60% slower (BM_AttentionKernels/part:0).
+      if (t == 0) ahead.Step();
       kv[t] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, k[t] + i * ld));
     }
     for (int g = 0; g < G; ++g) {
@@ -1318,7 +1328,7 @@ void Widen16(DType wt, const uint8_t* w, int64_t n_chunks, float* out, int64_t o
 const LevelKernels& Avx512LevelKernels() {
   static constexpr LevelKernels kLevel = {
       {SimdLevel::kAvx512, &Dot, &Axpy, &Dequantize, &DotF32, &WeightedRows, &ExpSum,
-       &MaxF32, &ScoresF16T, &ScoresQ8T, &QuantizeAct, &DotAct, &SwiGlu},
+       &MaxF32, &ScoresF16T, &ScoresQ8T, &QuantizeAct, &DotAct, &SwiGlu, kPrefetchLead},
       &DotTile,
       &DotRows,
       &DotActTile,

@@ -313,7 +313,7 @@ void DotActTile(const ActTileArgs& a) {
 const LevelKernels& ScalarLevelKernels() {
   static constexpr LevelKernels kLevel = {
       {SimdLevel::kScalar, &Dot, &Axpy, &Dequantize, &DotF32, &WeightedRows, &ExpSum,
-       &MaxF32, &ScoresF16T, &ScoresQ8T, &QuantizeAct, &DotAct, &SwiGlu},
+       &MaxF32, &ScoresF16T, &ScoresQ8T, &QuantizeAct, &DotAct, &SwiGlu, 0},
       &DotTile,
       &DotRows,
       &DotActTile,
