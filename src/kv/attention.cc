@@ -274,10 +274,9 @@ void AttendRange(const AttentionArgs& a, int32_t lo, int32_t hi, float* acc_out,
   const bool v_in_place = !vf.is_kivi() && (vt == DType::kF32 || vt == DType::kF16 ||
                                             vt == DType::kBF16 || vt == DType::kQ8_0);
   // Kernels that ask for their own data ahead (prefetch_lead) are given it where they read
-  // both K and V in place: a dimension-major K never staged, and such a V.
+  // both K and V in place as 8- or 16-bit codes: a dimension-major K, and such a V.
   const int64_t lead =
-      lay.k_format().dimension_major(KVRole::kK) && !lay.k_format().staged(KVRole::kK) &&
-              v_in_place
+      lay.k_format().dimension_major(KVRole::kK) && v_in_place && vt != DType::kF32
           ? kern.prefetch_lead
           : 0;
   std::fill(run_max, run_max + a.n_group, -std::numeric_limits<float>::infinity());

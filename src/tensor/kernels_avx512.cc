@@ -287,8 +287,11 @@ void WeightedStrip(const float* p, int64_t p_stride, const typename Src::Elem* v
           kMasked ? _mm512_maskz_loadu_ps(m, y + g * d) : _mm512_loadu_ps(y + g * d + 16 * c);
     }
   }
-  // A line per 64 bytes this strip reads of a row (at least one a row).
-  constexpr int kSteps = (16 * C * static_cast<int>(sizeof(typename Src::Elem)) + 63) / 64;
+  // 16-bit rows, given their own chunk ahead (prefetch_lead): a line per 64 bytes this strip
+  // reads of a row. f32 rows (a q4_0 or KIVI V turned into floats in scratch, or an f32
+  // cache) are given the next chunk, and keep a line a row, as before: four a row would ask
+  // for it in a burst at the start of the chunk.
+  constexpr int kSteps = sizeof(typename Src::Elem) == 2 ? (32 * C + 63) / 64 : 1;
   for (int64_t j = 0; j < n; ++j) {
     for (int t = 0; t < kSteps; ++t) ahead.Step();
     __m512 vj[C];
