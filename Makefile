@@ -48,15 +48,16 @@ fuzz: fuzz-build
 fuzz-ci:
 	@$(MAKE) --no-print-directory fuzz FUZZ_RUNS=20000 FUZZ_SECONDS=0
 
-# ThreadSanitizer build of the tests with real concurrency: the thread pool, batching, the
-# server end to end (its kvllm children are TSan builds too), the store's background writer,
-# persistence across servers, and a short soak. Reports from every process (the children
-# included) go to $(BUILD)-tsan/tsan-reports/; any report fails the target.
+# ThreadSanitizer build of the tests with real concurrency: the thread pool, attention shared
+# across threads (AttentionSplit), batching, the server end to end (its kvllm children are
+# TSan builds too), the store's background writer, persistence across servers, and a short
+# soak. Reports from every process (the children included) go to
+# $(BUILD)-tsan/tsan-reports/; any report fails the target.
 # tests/tsan.supp lists the suppressed reports and why. ServerTest.FullQueue... is left out:
 # its six 400-token generations run one at a time and, 5-10x slower under TSan, outlast the
 # client's 120-s timeout on a busy machine; it has no concurrency the others lack.
-TSAN_TARGETS := kvllm tensor_test batching_test server_test store_test persistence_test soak_test
-TSAN_TESTS   := ^(ThreadPoolTest|BatchingTest|ServerTest|StoreTest|PersistenceTest|SoakTest)\.
+TSAN_TARGETS := kvllm tensor_test kv_test batching_test server_test store_test persistence_test soak_test
+TSAN_TESTS   := ^(ThreadPoolTest|AttentionSplitTest|BatchingTest|ServerTest|StoreTest|PersistenceTest|SoakTest)\.
 test-tsan: deps
 	@cmake -S . -B $(BUILD)-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVLLM_TSAN=ON \
 	  -DKVLLM_BUILD_BENCH=OFF >/dev/null

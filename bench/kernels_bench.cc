@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kv/attention.h"
+#include "kv/attention_split.h"
 #include "base/huge_pages.h"
 #include "kv/kv_cache.h"
 #include "tensor/dtype.h"
@@ -226,10 +227,12 @@ struct AttentionCache {
   std::unique_ptr<KVCache> kv;
   const SeqId seq{0};
 
+  // `second`: the slots of a second sequence, after the first (SeqId(1); 0: none).
   AttentionCache(const KVFormat& format, int32_t layers, int32_t heads, int32_t depth,
-                 bool interleaved = false)
+                 bool interleaved = false, int32_t second = 0)
       : layout(KVLayout::Make(KVShape{layers, heads, kHeadDim}, kBlock, format, format).value()),
-        kv(std::make_unique<KVCache>(layout, (interleaved ? 2 : 1) * (depth / kBlock + 1))) {
+        kv(std::make_unique<KVCache>(layout, (interleaved ? 2 : 1) * (depth / kBlock + 1) +
+                                                 second / kBlock + 1)) {
     if (interleaved) {
       for (int32_t pos = 0; pos < depth; pos += kBlock) {
         kv->Append(seq, std::min(kBlock, depth - pos));
@@ -240,15 +243,21 @@ struct AttentionCache {
     }
     std::vector<std::vector<float>> rows;
     for (int i = 0; i < 7; ++i) rows.push_back(RandomFloats(heads * kHeadDim, 10 + i));
+    if (second > 0) kv->Append(SeqId(1), second);
     for (int32_t layer = 0; layer < layers; ++layer) {
       for (int32_t pos = 0; pos < depth; ++pos) {
         kv->WriteK(seq, layer, pos, rows[pos % 7].data());
         kv->WriteV(seq, layer, pos, rows[(pos + 3) % 7].data());
       }
+      for (int32_t pos = 0; pos < second; ++pos) {
+        kv->WriteK(SeqId(1), layer, pos, rows[pos % 7].data());
+        kv->WriteV(SeqId(1), layer, pos, rows[(pos + 3) % 7].data());
+      }
     }
   }
-  AttentionArgs Args(int32_t layer, int32_t head, int32_t depth, const float* q) const {
-    return AttentionArgs{kv.get(), seq, layer, head, kGroup, 0.125f, {{0, depth, q}}, 1};
+  AttentionArgs Args(int32_t layer, int32_t head, int32_t depth, const float* q,
+                     SeqId s = SeqId(0)) const {
+    return AttentionArgs{kv.get(), s, layer, head, kGroup, 0.125f, {{0, depth, q}}, 1};
   }
   int64_t KVBytes(int32_t depth) const {
     return int64_t{depth} *
@@ -386,8 +395,11 @@ void BM_AttentionKernels(benchmark::State& state) {
 // (88 MiB of f16 from memory at 4,096 tokens; 22 MiB at 1,024, mostly in the L3). Args: kv
 // format index, depth, threads, interleaved (the sequence's blocks not adjacent in the pool;
 // AttentionCache), joins: 1 waits for every thread after each layer, as the model must (the
-// next layer needs this one's output); 0 gives each thread its heads of every layer in one
-// task, so that the cost of those waits, and of the threads' imbalance at each, shows.
+// next layer needs this one's output), each thread attending its heads whole (the model
+// before AttentionSplit); 2 the same through AttentionSplit (threads that finish first take
+// chunks of the others' heads, as the model does); 0 gives each thread its heads of every
+// layer in one task, so that the cost of those waits, and of the threads' imbalance at each,
+// shows.
 void BM_AttentionStep(benchmark::State& state) {
   constexpr int32_t kLayers = 22, kHeads = 4;
   const char* name = kAttentionFormats[state.range(0)];
@@ -406,10 +418,19 @@ void BM_AttentionStep(benchmark::State& state) {
     AttendGroup(cache.Args(layer, static_cast<int32_t>(h), depth, &q[h * group_floats]),
                 &out[h * group_floats], &scratch[thread * scratch_floats]);
   };
-  const bool joins = state.range(4) != 0;
+  const int64_t joins = state.range(4);
   const int64_t n_threads = pool.size();
+  AttentionSplit split;
+  split.Reserve(kHeads, pool.size(), AttentionCache::kGroup, AttentionCache::kHeadDim);
   for (auto _ : state) {
-    if (joins) {
+    if (joins == 2) {
+      for (int32_t layer = 0; layer < kLayers; ++layer) {
+        split.Run(
+            pool, kHeads,
+            [&](int32_t h, int) { return cache.Args(layer, h, depth, &q[h * group_floats]); },
+            [&](int32_t h) { return &out[h * group_floats]; }, scratch.data(), scratch_floats);
+      }
+    } else if (joins == 1) {
       for (int32_t layer = 0; layer < kLayers; ++layer) {
         pool.ParallelFor(kHeads, [&](int64_t h, int thread) { attend(layer, h, thread); });
       }
@@ -426,6 +447,51 @@ void BM_AttentionStep(benchmark::State& state) {
   }
   state.SetBytesProcessed(state.iterations() * kLayers * kHeads * cache.KVBytes(depth));
   state.SetLabel(std::string(name) + "/" + SimdLevelName(Kernels().level));
+}
+
+// A decode step's attention for two sequences side by side, one at `depth` and one at
+// `second` tokens (22 layers x 4 KV heads each, f16), as a server batch holds them. Args:
+// depth, second, split: 0 gives each thread one sequence's heads (the model before
+// AttentionSplit: a batch of two rows on two threads was two tasks, a row each), 1 shares
+// the 8 (sequence, head) pairs of each layer through AttentionSplit.
+void BM_AttentionBatch(benchmark::State& state) {
+  constexpr int32_t kLayers = 22, kHeads = 4;
+  const auto depth = static_cast<int32_t>(state.range(0));
+  const auto second = static_cast<int32_t>(state.range(1));
+  ThreadPool pool(2);
+  const AttentionCache cache(*KVFormat::FromName("f16"), kLayers, kHeads, depth, false, second);
+  const int64_t group_floats = AttentionCache::kGroup * AttentionCache::kHeadDim;
+  const std::vector<float> q = RandomFloats(2 * kHeads * group_floats);
+  std::vector<float> out(q.size());
+  const int64_t scratch_floats =
+      (AttentionScratchFloats(cache.layout, AttentionCache::kGroup) + 15) / 16 * 16 + 16;
+  std::vector<float> scratch(scratch_floats * pool.size());
+  // Pair p: sequence p / kHeads, head p % kHeads.
+  auto args = [&](int32_t layer, int32_t p) {
+    return cache.Args(layer, p % kHeads, p < kHeads ? depth : second, &q[p * group_floats],
+                      SeqId(p / kHeads));
+  };
+  AttentionSplit split;
+  split.Reserve(2 * kHeads, pool.size(), AttentionCache::kGroup, AttentionCache::kHeadDim);
+  for (auto _ : state) {
+    for (int32_t layer = 0; layer < kLayers; ++layer) {
+      if (state.range(2) != 0) {
+        split.Run(
+            pool, 2 * kHeads, [&](int32_t p, int) { return args(layer, p); },
+            [&](int32_t p) { return &out[p * group_floats]; }, scratch.data(), scratch_floats);
+        continue;
+      }
+      pool.ParallelFor(2, [&](int64_t row, int thread) {
+        for (int32_t h = 0; h < kHeads; ++h) {
+          const auto p = static_cast<int32_t>(row * kHeads + h);
+          AttendGroup(args(layer, p), &out[p * group_floats], &scratch[thread * scratch_floats]);
+        }
+      });
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetBytesProcessed(state.iterations() * kLayers * kHeads *
+                          (cache.KVBytes(depth) + cache.KVBytes(second)));
 }
 
 // Overhead of one ParallelFor with trivial tasks. Args: threads, and whether a second pool
@@ -480,10 +546,18 @@ BENCHMARK(BM_Attention)
 
 BENCHMARK(BM_AttentionKernels)->ArgNames({"part"})->DenseRange(0, 4)->Unit(benchmark::kMicrosecond);
 
+BENCHMARK(BM_AttentionBatch)
+    ->ArgNames({"depth", "second", "split"})
+    ->ArgsProduct({{4096}, {256, 4096}, {0, 1}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
 BENCHMARK(BM_AttentionStep)
     ->ArgNames({"kv", "depth", "threads", "interleaved", "joins"})
     ->ArgsProduct({{0, 1}, {4096}, {1, 2}, {0, 1}, {1}})
     ->Args({0, 4096, 2, 0, 0})
+    ->Args({0, 4096, 2, 0, 2})
+    ->Args({1, 4096, 2, 0, 2})
     ->Args({0, 1024, 1, 0, 1})
     ->Args({0, 1024, 2, 0, 1})
     ->UseRealTime()

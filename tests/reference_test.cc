@@ -81,10 +81,11 @@ TEST(ReferenceTest, F32ModelMatchesNumpyAfterPrefillAndDecode) {
   ExpectMatchesReference(PrefillThenDecode(path, DType::kF32), path, 1e-4);
 }
 
-// At 700 tokens a decode step has 2 (token, kv head) pairs for 2 threads, so each context is
-// cut into 2 parts attended in parallel and merged (flash-decoding); one thread attends it
-// whole. Both match the reference.
-TEST(ReferenceTest, FlashDecodingAtLongContextMatchesNumpy) {
+// At 700 tokens (3 chunks) a decode step has 2 (token, kv head) pairs for 2 threads, and the
+// thread that finishes its pair first takes the back of the other's (AttentionSplit): pieces
+// attended in parallel and merged. One thread attends each pair whole. Both match the
+// reference.
+TEST(ReferenceTest, AttentionSharedAcrossThreadsMatchesNumpy) {
   const std::string path =
       TestModel("tiny-f32-ctx1024-s3", "--preset tiny --type f32 --ctx 1024 --seed 3");
   std::vector<int> prompt(700);

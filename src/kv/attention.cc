@@ -255,9 +255,16 @@ void ForEachRun(int32_t from, int32_t to, int32_t bs, const BlockTable& table, c
   if (run_n > 0) fn(run_block, run_slot0, run_n, run_off);
 }
 
-// Attends the spans' slots in [lo, hi), leaving acc, run_max and run_sum unnormalised.
+// Where the chunk that starts at `chunk0` ends, for a span that ends at `end`: on the last
+// block boundary within ChunkSlots, so that chunks from any block boundary keep to one grid.
+int32_t ChunkEnd(int32_t chunk0, int32_t end, int32_t bs) {
+  return std::min(end, (chunk0 + ChunkSlots(bs)) / bs * bs);
+}
+
+// Attends the spans' slots in [lo, hi), leaving acc, run_max and run_sum unnormalised; with a
+// claim, each chunk is taken from it first, and the loop stops where that fails.
 void AttendRange(const AttentionArgs& a, int32_t lo, int32_t hi, float* acc_out, float* run_max,
-                 float* run_sum, float* scratch) {
+                 float* run_sum, float* scratch, SlotClaim* claim = nullptr) {
   const KernelSet& kern = Kernels();
   const KVLayout& lay = a.kv->layout();
   const int32_t bs = lay.block_size();
@@ -303,10 +310,11 @@ void AttendRange(const AttentionArgs& a, int32_t lo, int32_t hi, float* acc_out,
     // slots (or at the span's end), and each block's piece of it is visited in turn.
     const int32_t cap = ChunkSlots(bs);
     for (int32_t chunk0 = begin; chunk0 < end;) {
-      const int32_t chunk_end = std::min(end, (chunk0 + cap) / bs * bs);
+      const int32_t chunk_end = ChunkEnd(chunk0, end, bs);
+      if (claim != nullptr && !claim->TakeChunk(chunk0, chunk_end)) break;
       const int32_t len = chunk_end - chunk0;
       // The next chunk's blocks (at 16 slots a block, 16 of 2 KiB of K and of V each).
-      const int32_t next_end = std::min(end, (chunk_end + cap) / bs * bs);
+      const int32_t next_end = ChunkEnd(chunk_end, end, bs);
       ChunkAhead ahead = AheadOf(a, table, chunk_end / bs,
                                  chunk_end < next_end ? (next_end - 1) / bs + 1 : 0,
                                  (end - 1) / bs + 1);
@@ -425,18 +433,17 @@ void AttendGroupPart(const AttentionArgs& a, int32_t slot_begin, int32_t slot_en
               scratch);
 }
 
-void MergeAttentionParts(const float* parts, int32_t n_parts, int32_t n_group, int32_t head_dim,
-                         float* out) {
+void MergeAttentionParts(const float* const* parts, int32_t n_parts, int32_t n_group,
+                         int32_t head_dim, float* out) {
   const int64_t acc_floats = int64_t{n_group} * head_dim;
-  const int64_t stride = AttentionPartFloats(n_group, head_dim);
   for (int32_t g = 0; g < n_group; ++g) {
     float m = -std::numeric_limits<float>::infinity();
-    for (int32_t p = 0; p < n_parts; ++p) m = std::max(m, parts[p * stride + acc_floats + g]);
+    for (int32_t p = 0; p < n_parts; ++p) m = std::max(m, parts[p][acc_floats + g]);
     float* o = out + int64_t{g} * head_dim;
     std::fill(o, o + head_dim, 0.0f);
     float sum = 0.0f;
     for (int32_t p = 0; p < n_parts; ++p) {
-      const float* part = parts + p * stride;
+      const float* part = parts[p];
       const float part_sum = part[acc_floats + n_group + g];
       if (part_sum == 0.0f) continue;  // no slot (its max is −inf)
       const float c = std::exp(part[acc_floats + g] - m);
@@ -447,6 +454,56 @@ void MergeAttentionParts(const float* parts, int32_t n_parts, int32_t n_group, i
     const float inv = sum > 0 ? 1.0f / sum : 0.0f;
     for (int32_t i = 0; i < head_dim; ++i) o[i] *= inv;
   }
+}
+
+namespace {
+
+constexpr uint64_t PackClaim(int32_t next, int32_t limit) {
+  return static_cast<uint64_t>(static_cast<uint32_t>(next)) << 32 | static_cast<uint32_t>(limit);
+}
+constexpr int32_t ClaimNext(uint64_t word) { return static_cast<int32_t>(word >> 32); }
+constexpr int32_t ClaimLimit(uint64_t word) { return static_cast<int32_t>(word & 0xffffffffu); }
+
+}  // namespace
+
+void SlotClaim::Set(int32_t next, int32_t limit) { word_.store(PackClaim(next, limit)); }
+
+int32_t SlotClaim::Next() const { return ClaimNext(word_.load()); }
+
+int32_t SlotClaim::Unclaimed() const {
+  const uint64_t w = word_.load();
+  return std::max(0, ClaimLimit(w) - ClaimNext(w));
+}
+
+bool SlotClaim::TakeBackHalf(int32_t block_size, int32_t* begin, int32_t* end) {
+  uint64_t w = word_.load();
+  for (;;) {
+    const int32_t next = ClaimNext(w), limit = ClaimLimit(w);
+    int32_t chunks = 0;
+    for (int32_t c = next; c < limit; c = ChunkEnd(c, limit, block_size)) ++chunks;
+    if (chunks < 2) return false;
+    int32_t mid = next;
+    for (int32_t i = 0; i < (chunks + 1) / 2; ++i) mid = ChunkEnd(mid, limit, block_size);
+    if (word_.compare_exchange_weak(w, PackClaim(next, mid))) {
+      *begin = mid;
+      *end = limit;
+      return true;
+    }
+  }
+}
+
+bool SlotClaim::TakeChunk(int32_t from, int32_t to) {
+  uint64_t w = word_.load();
+  for (;;) {
+    if (ClaimNext(w) != from || from >= ClaimLimit(w)) return false;
+    if (word_.compare_exchange_weak(w, PackClaim(to, ClaimLimit(w)))) return true;
+  }
+}
+
+void AttendGroupClaimed(const AttentionArgs& a, SlotClaim& claim, float* part, float* scratch) {
+  const int64_t acc_floats = int64_t{a.n_group} * a.kv->layout().shape().head_dim;
+  AttendRange(a, claim.Next(), std::numeric_limits<int32_t>::max(), part, part + acc_floats,
+              part + acc_floats + a.n_group, scratch, &claim);
 }
 
 void AttendGroup_ref(const AttentionArgs& a, float* out) {

@@ -27,6 +27,7 @@
 // Scratch holds at most one block: no copy of the cache is made.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 #include "kv/kv_cache.h"
@@ -73,9 +74,35 @@ int64_t AttentionPartFloats(int32_t n_group, int32_t head_dim);
 // The part of AttendGroup over the spans' slots inside [slot_begin, slot_end).
 void AttendGroupPart(const AttentionArgs& args, int32_t slot_begin, int32_t slot_end,
                      float* part, float* scratch);
-// out [n_group][head_dim] from n_parts consecutive parts.
-void MergeAttentionParts(const float* parts, int32_t n_parts, int32_t n_group, int32_t head_dim,
-                         float* out);
+// out [n_group][head_dim] from n_parts parts.
+void MergeAttentionParts(const float* const* parts, int32_t n_parts, int32_t n_group,
+                         int32_t head_dim, float* out);
+
+// The slots [next, limit) of a one-span query's attention that no thread has begun, while
+// threads share it (AttentionSplit): the thread attending it takes them a chunk at a time
+// (the chunks the streaming loop above visits, whole blocks of at least 256 slots), and a
+// thread with nothing left to do may move the limit back and take what lies behind it. Both
+// bounds live in one word, so each move is one compare-exchange.
+class SlotClaim {
+ public:
+  void Set(int32_t next, int32_t limit);
+  int32_t Next() const;
+  int32_t Unclaimed() const;  // limit - next, 0 once all is taken
+  // Takes the back half (in chunks; the front keeps the odd one) of what is unclaimed as
+  // [*begin, *end), cut where the front's chunks end; false, and nothing taken, where fewer
+  // than two chunks are left.
+  bool TakeBackHalf(int32_t block_size, int32_t* begin, int32_t* end);
+  // Takes the chunk [from, to) where from is the claim's next slot and before its limit.
+  bool TakeChunk(int32_t from, int32_t to);
+
+ private:
+  std::atomic<uint64_t> word_{0};
+};
+
+// AttendGroupPart over the slots of the claim (at most the one span of `args`), each chunk
+// taken from it before it is read, until it runs out.
+void AttendGroupClaimed(const AttentionArgs& args, SlotClaim& claim, float* part,
+                        float* scratch);
 
 // The same result computed the plain way (every row dequantized with KVCache::ReadK/ReadV,
 // the unrotated query, quantized and read back for a q8_0 K as the kernel sees it, full

@@ -90,7 +90,8 @@ void ExpectMatchesReference(const KVCache& kv, SeqId seq, int32_t n_ctx, int32_t
     AttendGroupPart(args, cuts[p], cuts[p + 1], &parts[p * stride], scratch.data());
   }
   std::vector<float> merged(n_group * kHeadDim);
-  MergeAttentionParts(parts.data(), 4, n_group, kHeadDim, merged.data());
+  const float* part_ptrs[] = {&parts[0], &parts[stride], &parts[2 * stride], &parts[3 * stride]};
+  MergeAttentionParts(part_ptrs, 4, n_group, kHeadDim, merged.data());
   for (size_t i = 0; i < out.size(); ++i) {
     ASSERT_NEAR(merged[i], want[i], 1e-5f * (1.0f + std::abs(want[i])) + v_rounding)
         << "split, i=" << i << " bs=" << kv.block_size() << " n=" << n_ctx;

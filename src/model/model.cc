@@ -14,6 +14,11 @@ namespace {
 // merge and the extra tasks cost more than the idle threads they fill.
 constexpr int32_t kMinSlotsPerAttentionPart = 256;
 
+// Attention of up to this many (token, KV head) pairs a thread is shared through
+// AttentionSplit (decode, and batches of a few sequences); larger batches are balanced well
+// enough by the pool's tasks, a token each.
+constexpr int32_t kSplitPairsPerThread = 16;
+
 // y = x / sqrt(mean(x²) + eps) * w
 void RmsNorm(const float* x, const float* w, float* y, int32_t n, float eps) {
   // Eight independent sums: one chain of n dependent adds waited an add's latency per element.
@@ -109,6 +114,8 @@ void Model::EnsureScratch(int32_t n_tok, int32_t n_threads, const KVLayout& layo
   const size_t parts = static_cast<size_t>(AttentionPartFloats(c.n_group(), c.head_dim)) * 4 *
                        static_cast<size_t>(n_threads);
   if (att_parts_.size() < parts) att_parts_.resize(parts);
+  att_part_ptrs_.resize(std::max<size_t>(att_part_ptrs_.size(), 4 * n_threads));
+  att_split_.Reserve(kSplitPairsPerThread * n_threads, n_threads, c.n_group(), c.head_dim);
 }
 
 void Model::PlanPhases(const ForwardBatch& batch, int32_t block_size, bool staged_k) {
@@ -252,6 +259,24 @@ void Model::Attention(const ForwardBatch& batch, KVCache& kv, ThreadPool& pool, 
   };
   const int64_t n_heads = int64_t{n_rows} * c.n_kv_head;
   const int64_t scratch_floats = AttentionScratchFloats(kv.layout(), n_group);
+  bool two_spans = false;
+  for (int32_t i = 0; i < n_rows; ++i) {
+    two_spans |= window.sinks > 0 && window.WindowBegin(batch.positions[rows[i]]) > 0;
+  }
+  if (!two_spans && n_heads <= int64_t{kSplitPairsPerThread} * pool.size()) {
+    att_split_.Run(
+        pool, static_cast<int32_t>(n_heads),
+        [&](int32_t pair, int thread) {
+          return make_args(rows[pair / c.n_kv_head], pair % c.n_kv_head,
+                           &att_scratch_[thread * att_scratch_stride_ + scratch_floats]);
+        },
+        [&](int32_t pair) {
+          return &attn_[rows[pair / c.n_kv_head] * qd +
+                        int64_t{pair % c.n_kv_head} * n_group * c.head_dim];
+        },
+        att_scratch_.data(), att_scratch_stride_);
+    return;
+  }
   const int32_t n_parts = AttentionParts(batch, rows, n_rows, pool.size());
   if (n_parts == 1) {
     // A task is one token's run of consecutive KV heads, each read once for its query-head
@@ -287,10 +312,14 @@ void Model::Attention(const ForwardBatch& batch, KVCache& kv, ThreadPool& pool, 
     AttendGroupPart(make_args(t, h, scratch + scratch_floats), part * part_blocks * bs,
                     (part + 1) * part_blocks * bs, &att_parts_[task * part_floats], scratch);
   });
+  const float** parts = att_part_ptrs_.data();
   for (int64_t head = 0; head < n_heads; ++head) {
     const int32_t t = rows[head / c.n_kv_head];
     const int32_t h = static_cast<int32_t>(head % c.n_kv_head);
-    MergeAttentionParts(&att_parts_[head * n_parts * part_floats], n_parts, n_group, c.head_dim,
+    for (int32_t p = 0; p < n_parts; ++p) {
+      parts[p] = &att_parts_[(head * n_parts + p) * part_floats];
+    }
+    MergeAttentionParts(parts, n_parts, n_group, c.head_dim,
                         &attn_[t * qd + int64_t{h} * n_group * c.head_dim]);
   }
 }

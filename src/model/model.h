@@ -24,6 +24,7 @@
 
 #include "base/status.h"
 #include "gguf/gguf_file.h"
+#include "kv/attention_split.h"
 #include "kv/ids.h"
 #include "kv/kv_cache.h"
 #include "model/model_config.h"
@@ -96,7 +97,8 @@ class Model {
   // Attention of the batch rows rows[0, n_rows) in one layer.
   void Attention(const ForwardBatch& batch, KVCache& kv, ThreadPool& pool, int32_t layer,
                  const int32_t* rows, int32_t n_rows);
-  // How many parts each row's context is cut into for flash-decoding (1: not cut).
+  // How many parts each row's context is cut into for flash-decoding (1: not cut), where
+  // the rows attend sinks and a window (two spans, which AttentionSplit does not cut).
   int32_t AttentionParts(const ForwardBatch& batch, const int32_t* rows, int32_t n_rows,
                          int32_t n_threads) const;
 
@@ -122,6 +124,8 @@ class Model {
   std::vector<float> att_scratch_;
   int64_t att_scratch_stride_ = 0;
   std::vector<float> att_parts_;  // flash-decoding parts, AttentionPartFloats each
+  std::vector<const float*> att_part_ptrs_;  // [4 * n_threads] one head's parts, to merge
+  AttentionSplit att_split_;
   // Phases of the current batch: rows of phase p are phase_rows_[phase_begin_[p], [p + 1]).
   std::vector<int32_t> phase_rows_;   // [n_tok] batch rows, grouped by phase
   std::vector<int32_t> phase_begin_;  // [n_phases + 1]
