@@ -8,10 +8,10 @@
 // piece with the most left, and again, until nothing of two chunks or more is left. Whole
 // pairs a thread left threads idle: a batch of a sequence at 4,096 tokens and one at 256 on
 // two threads was two tasks, and the second thread waited through most of the first one's
-// heads; and a core slowed by other processes for a while held the other one up at each
-// layer (docs/performance.md, "Attention shared while it runs"). Every piece leaves its
-// softmax unnormalised (AttendGroupPart's form), and a pair's pieces are merged once all have
-// run.
+// heads (now half the time). With one sequence the threads finish closer together, but the
+// half taken starts cold and a step was no faster (docs/performance.md, "Attention shared
+// while it runs"). Every piece leaves its softmax unnormalised (AttendGroupPart's form), and
+// a pair's pieces are merged once all have run.
 //
 // A pair of two spans (attention sinks and a window) is attended whole by one thread.
 // Nothing is allocated per call once Reserve has sized the buffers.
