@@ -426,11 +426,20 @@ int64_t AttentionPartFloats(int32_t n_group, int32_t head_dim) {
   return int64_t{n_group} * head_dim + 2 * int64_t{n_group};
 }
 
+namespace {
+
+// AttendRange into a part's layout (AttentionPartFloats): acc, then max, then sum.
+void AttendRangeIntoPart(const AttentionArgs& a, int32_t lo, int32_t hi, float* part,
+                         float* scratch, SlotClaim* claim) {
+  const int64_t acc_floats = int64_t{a.n_group} * a.kv->layout().shape().head_dim;
+  AttendRange(a, lo, hi, part, part + acc_floats, part + acc_floats + a.n_group, scratch, claim);
+}
+
+}  // namespace
+
 void AttendGroupPart(const AttentionArgs& a, int32_t slot_begin, int32_t slot_end, float* part,
                      float* scratch) {
-  const int64_t acc_floats = int64_t{a.n_group} * a.kv->layout().shape().head_dim;
-  AttendRange(a, slot_begin, slot_end, part, part + acc_floats, part + acc_floats + a.n_group,
-              scratch);
+  AttendRangeIntoPart(a, slot_begin, slot_end, part, scratch, nullptr);
 }
 
 void MergeAttentionParts(const float* const* parts, int32_t n_parts, int32_t n_group,
@@ -501,9 +510,8 @@ bool SlotClaim::TakeChunk(int32_t from, int32_t to) {
 }
 
 void AttendGroupClaimed(const AttentionArgs& a, SlotClaim& claim, float* part, float* scratch) {
-  const int64_t acc_floats = int64_t{a.n_group} * a.kv->layout().shape().head_dim;
-  AttendRange(a, claim.Next(), std::numeric_limits<int32_t>::max(), part, part + acc_floats,
-              part + acc_floats + a.n_group, scratch, &claim);
+  AttendRangeIntoPart(a, claim.Next(), std::numeric_limits<int32_t>::max(), part, scratch,
+                      &claim);
 }
 
 void AttendGroup_ref(const AttentionArgs& a, float* out) {

@@ -24,6 +24,7 @@ void AttentionSplit::Reserve(int32_t max_pairs, int32_t n_threads, int32_t n_gro
   if (capacity > capacity_) {
     capacity_ = capacity;
     pieces_ = std::make_unique<Piece[]>(capacity);
+    used_ = 0;
     merge_.reserve(capacity);
   }
   states_.resize(static_cast<size_t>(capacity_) * state_floats_);
@@ -32,7 +33,9 @@ void AttentionSplit::Reserve(int32_t max_pairs, int32_t n_threads, int32_t n_gro
 int32_t AttentionSplit::Run(ThreadPool& pool, int32_t n_pairs, const ArgsFn& args,
                             const OutFn& out, float* scratch, int64_t scratch_stride) {
   KVLLM_CHECK(n_pairs + kTakenPerThread * pool.size() <= capacity_);
-  for (int32_t i = 0; i < capacity_; ++i) {
+  // Pieces past both this call's pairs and the last call's pieces were left as Reserve made
+  // them: unused.
+  for (int32_t i = 0; i < std::max(n_pairs, used_); ++i) {
     pieces_[i].pair = i < n_pairs ? i : -1;
     pieces_[i].started.store(false);
     pieces_[i].claim.Set(0, 0);
@@ -96,6 +99,7 @@ int32_t AttentionSplit::Run(ThreadPool& pool, int32_t n_pairs, const ArgsFn& arg
   });
 
   const int32_t n = std::min(n_pieces.load(), capacity_);
+  used_ = n;
   for (int32_t pair = 0; pair < n_pairs; ++pair) {
     merge_.assign(1, state(pair));
     for (int32_t i = n_pairs; i < n; ++i) {

@@ -53,6 +53,7 @@ class AttentionSplit {
   // Pieces [0, pairs) are the pairs' own; taken ones follow, up to the capacity.
   std::unique_ptr<Piece[]> pieces_;
   int32_t capacity_ = 0;
+  int32_t used_ = 0;  // pieces the last call touched: the ones Run must reset
   std::vector<float> states_;  // [capacity_][AttentionPartFloats]
   int64_t state_floats_ = 0;
   int32_t n_group_ = 0, head_dim_ = 0;
