@@ -138,7 +138,7 @@ bool Engine::HasUnfinished() const {
 void Engine::Step(std::vector<TokenEvent>* events) {
   batch_.Clear();
   batch_seqs_.clear();
-  chunks_ = scheduler_.Schedule(ContextLimit());
+  scheduler_.Schedule(ContextLimit(), &chunks_);
   if (chunks_.empty()) return;
   for (const ScheduledChunk& c : chunks_) {
     Sequence& s = *c.seq;

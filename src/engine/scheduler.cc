@@ -52,8 +52,8 @@ bool Scheduler::GrowOrPreempt(Sequence* seq, int32_t n_new, std::vector<Schedule
   return true;
 }
 
-std::vector<ScheduledChunk> Scheduler::Schedule(int64_t ctx_limit) {
-  std::vector<ScheduledChunk> plan;
+void Scheduler::Schedule(int64_t ctx_limit, std::vector<ScheduledChunk>* plan) {
+  plan->clear();
   int64_t budget = options_.max_num_batched_tokens;
   if (!options_.kv_cache) {
     for (Sequence* s : running_) {
@@ -64,8 +64,8 @@ std::vector<ScheduledChunk> Scheduler::Schedule(int64_t ctx_limit) {
   const int64_t preemptions_before = counters_.preemptions;
   // Pass 0: decodes (one token left to compute); pass 1: prefill chunks.
   for (int pass = 0; pass < 2; ++pass) {
-    const std::vector<Sequence*> snapshot = running_;
-    for (Sequence* s : snapshot) {
+    snapshot_.assign(running_.begin(), running_.end());
+    for (Sequence* s : snapshot_) {
       if (std::find(running_.begin(), running_.end(), s) == running_.end()) continue;  // preempted
       const auto total = static_cast<int32_t>(s->tokens.size());
       const int32_t remaining = total - s->n_cached;
@@ -78,13 +78,13 @@ std::vector<ScheduledChunk> Scheduler::Schedule(int64_t ctx_limit) {
       const int32_t n = options_.kv_cache
                             ? static_cast<int32_t>(std::min<int64_t>(remaining, budget))
                             : remaining;
-      if (GrowOrPreempt(s, n, &plan)) {
-        plan.push_back({s, n});
+      if (GrowOrPreempt(s, n, plan)) {
+        plan->push_back({s, n});
         budget -= n;
       }
     }
   }
-  if (counters_.preemptions != preemptions_before) return plan;
+  if (counters_.preemptions != preemptions_before) return;
 
   while (!waiting_.empty() && budget > 0 &&
          static_cast<int32_t>(running_.size()) < options_.max_num_seqs) {
@@ -130,13 +130,12 @@ std::vector<ScheduledChunk> Scheduler::Schedule(int64_t ctx_limit) {
       break;
     }
     kv_->Append(s->id, n);
-    plan.push_back({s, n});
+    plan->push_back({s, n});
     budget -= n;
     waiting_.pop_front();
     running_.push_back(s);
     reserved_blocks_ += options_.reserve_tokens > 0 ? ReserveBlocks() : 0;
   }
-  return plan;
 }
 
 }  // namespace kvllm

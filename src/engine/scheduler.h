@@ -53,9 +53,10 @@ class Scheduler {
   // Forgets a sequence (finished or cancelled); its cache is the caller's to free.
   void Remove(Sequence* seq);
 
-  // Plans one step. Sequences that can never fit get finish = kContext and are removed.
-  // `ctx_limit`: the most tokens a sequence may hold.
-  std::vector<ScheduledChunk> Schedule(int64_t ctx_limit);
+  // Plans one step into *plan (cleared first; a vector kept across steps keeps its capacity,
+  // so a step allocates nothing). Sequences that can never fit get finish = kContext and are
+  // removed. `ctx_limit`: the most tokens a sequence may hold.
+  void Schedule(int64_t ctx_limit, std::vector<ScheduledChunk>* plan);
 
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
   int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
@@ -77,6 +78,7 @@ class Scheduler {
   KVCache* kv_;
   std::deque<Sequence*> waiting_;
   std::vector<Sequence*> running_;  // by admission, oldest first
+  std::vector<Sequence*> snapshot_;  // Schedule's copy of running_ for one pass
   SchedulerCounters counters_;
   int32_t reserved_blocks_ = 0;
 };

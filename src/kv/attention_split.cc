@@ -30,8 +30,8 @@ void AttentionSplit::Reserve(int32_t max_pairs, int32_t n_threads, int32_t n_gro
   states_.resize(static_cast<size_t>(capacity_) * state_floats_);
 }
 
-int32_t AttentionSplit::Run(ThreadPool& pool, int32_t n_pairs, const ArgsFn& args,
-                            const OutFn& out, float* scratch, int64_t scratch_stride) {
+int32_t AttentionSplit::Run(ThreadPool& pool, int32_t n_pairs, ArgsFn args, OutFn out,
+                            float* scratch, int64_t scratch_stride) {
   KVLLM_CHECK(n_pairs + kTakenPerThread * pool.size() <= capacity_);
   // Pieces past both this call's pairs and the last call's pieces were left as Reserve made
   // them: unused.

@@ -19,10 +19,10 @@
 
 #include <atomic>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <vector>
 
+#include "base/function_ref.h"
 #include "kv/attention.h"
 #include "tensor/thread_pool.h"
 
@@ -31,9 +31,9 @@ namespace kvllm {
 class AttentionSplit {
  public:
   // A pair's arguments, for a thread (whose scratch may hold a rotated query for sinks).
-  using ArgsFn = std::function<AttentionArgs(int32_t pair, int thread)>;
+  using ArgsFn = FunctionRef<AttentionArgs(int32_t pair, int thread)>;
   // Where a pair's [n_group][head_dim] result goes.
-  using OutFn = std::function<float*(int32_t pair)>;
+  using OutFn = FunctionRef<float*(int32_t pair)>;
 
   // Sizes the buffers for up to max_pairs pairs on n_threads threads.
   void Reserve(int32_t max_pairs, int32_t n_threads, int32_t n_group, int32_t head_dim);
@@ -41,8 +41,8 @@ class AttentionSplit {
   // Attends pairs [0, n_pairs) (n_pairs <= the reserved max_pairs, threads <= n_threads).
   // Thread t's scratch (AttentionScratchFloats) is scratch + t * scratch_stride. Returns how
   // many pieces were taken from other threads' pairs.
-  int32_t Run(ThreadPool& pool, int32_t n_pairs, const ArgsFn& args, const OutFn& out,
-              float* scratch, int64_t scratch_stride);
+  int32_t Run(ThreadPool& pool, int32_t n_pairs, ArgsFn args, OutFn out, float* scratch,
+              int64_t scratch_stride);
 
  private:
   struct alignas(64) Piece {  // a line each: each chunk taken writes the claim

@@ -418,7 +418,6 @@ void internal::MatMulSharedWith(const LevelKernels& kernels, std::span<const Mat
     for (int64_t task = 0; task < n_tasks; ++task) run(task);
     return;
   }
-  // Capturing one reference keeps the std::function in its small buffer: no allocation.
   pool->ParallelFor(n_tasks, [&run](int64_t task, int) { run(task); });
 }
 

@@ -161,7 +161,7 @@ struct ThreadPool::Impl {
 
   const int size;
   std::vector<std::thread> workers;
-  std::atomic<const std::function<void(int64_t, int)>*> fn{nullptr};
+  std::atomic<const FunctionRef<void(int64_t, int)>*> fn{nullptr};
   std::atomic<int64_t> n_tasks{0};
   std::atomic<bool> stop{false};
   uint64_t job = 0;  // the caller's: the number of the last job published
@@ -200,8 +200,7 @@ ThreadPool::~ThreadPool() {
 
 int ThreadPool::size() const { return impl_->size; }
 
-void ThreadPool::ParallelFor(int64_t n_tasks,
-                             const std::function<void(int64_t task, int thread)>& fn) {
+void ThreadPool::ParallelFor(int64_t n_tasks, FunctionRef<void(int64_t task, int thread)> fn) {
   if (n_tasks <= 0) return;
   if (impl_->workers.empty() || n_tasks == 1) {
     for (int64_t task = 0; task < n_tasks; ++task) fn(task, 0);

@@ -9,7 +9,7 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
+#include "base/function_ref.h"
 
 namespace kvllm {
 
@@ -26,7 +26,7 @@ class ThreadPool {
   // (for per-thread scratch). Each thread starts on its own contiguous share of the tasks,
   // in order, and then takes the back half of the largest share left, so tasks next to each
   // other mostly run on one thread, one after another.
-  void ParallelFor(int64_t n_tasks, const std::function<void(int64_t task, int thread)>& fn);
+  void ParallelFor(int64_t n_tasks, FunctionRef<void(int64_t task, int thread)> fn);
 
  private:
   struct Impl;
