@@ -90,6 +90,9 @@ struct KernelSet {
   // gate[j] = silu(gate[j]) * up[j] = gate[j] / (1 + exp(-gate[j])) * up[j] for j < n (the
   // feed-forward's SwiGLU). Within a few ulps of std::exp's.
   void (*swiglu)(float* gate, const float* up, int64_t n);
+  // y[j] = F32ToF16(x[j]) for j < n: round to nearest even, as F16C's conversion does, so
+  // every level gives the same bits (f16 KV rows, written every token of every layer).
+  void (*to_f16)(const float* x, uint16_t* y, int64_t n);
   // What attention gives scores_* and weighted_rows to ask for (Prefetch). 0: the data read
   // after theirs (the next chunk; `far` the one after that). > 0: these kernels ask for about
   // one line per 64 bytes they read, so they are given their own data, prefetch_lead bytes

@@ -540,6 +540,22 @@ void SwiGlu(float* gate, const float* up, int64_t n) {
   }
 }
 
+void ToF16(const float* x, uint16_t* y, int64_t n) {
+  constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + j),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(x + j), kRound));
+  }
+  if (j < n) {  // the last n % 8 through a buffer: no access past either array's end
+    float in[8] = {};
+    uint16_t out[8];
+    std::memcpy(in, x + j, (n - j) * sizeof(float));
+    ToF16(in, out, 8);
+    std::memcpy(y + j, out, (n - j) * sizeof(uint16_t));
+  }
+}
+
 float ExpSum(float* x, int64_t n, float shift) {
   const __m256 vshift = _mm256_set1_ps(shift);
   __m256 sum = _mm256_setzero_ps();
@@ -1260,7 +1276,7 @@ void Widen16(DType wt, const uint8_t* w, int64_t n_chunks, float* out, int64_t o
 const LevelKernels& Avx2LevelKernels() {
   static constexpr LevelKernels kLevel = {
       {SimdLevel::kAvx2, &Dot, &Axpy, &Dequantize, &DotF32, &WeightedRows, &ExpSum,
-       &MaxF32, &ScoresF16T, &ScoresQ8T, &QuantizeAct, &DotAct, &SwiGlu, 0},
+       &MaxF32, &ScoresF16T, &ScoresQ8T, &QuantizeAct, &DotAct, &SwiGlu, &ToF16, 0},
       &DotTile,
       &DotRows,
       &DotActTile,

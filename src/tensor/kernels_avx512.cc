@@ -489,6 +489,14 @@ __m512 Exp(__m512 x) {
   return _mm512_scalef_ps(e_r, k);
 }
 
+void ToF16(const float* x, uint16_t* y, int64_t n) {
+  constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 m = j + 16 <= n ? static_cast<__mmask16>(0xffff) : TailMask(n - j);
+    _mm256_mask_storeu_epi16(y + j, m, _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, x + j), kRound));
+  }
+}
+
 void SwiGlu(float* gate, const float* up, int64_t n) {
   const __m512 one = _mm512_set1_ps(1.0f);
   for (int64_t j = 0; j < n; j += 16) {
@@ -1331,7 +1339,8 @@ void Widen16(DType wt, const uint8_t* w, int64_t n_chunks, float* out, int64_t o
 const LevelKernels& Avx512LevelKernels() {
   static constexpr LevelKernels kLevel = {
       {SimdLevel::kAvx512, &Dot, &Axpy, &Dequantize, &DotF32, &WeightedRows, &ExpSum,
-       &MaxF32, &ScoresF16T, &ScoresQ8T, &QuantizeAct, &DotAct, &SwiGlu, kPrefetchLead},
+       &MaxF32, &ScoresF16T, &ScoresQ8T, &QuantizeAct, &DotAct, &SwiGlu, &ToF16,
+       kPrefetchLead},
       &DotTile,
       &DotRows,
       &DotActTile,

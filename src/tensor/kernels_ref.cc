@@ -120,6 +120,10 @@ void SwiGlu(float* gate, const float* up, int64_t n) {
   for (int64_t j = 0; j < n; ++j) gate[j] = gate[j] / (1.0f + std::exp(-gate[j])) * up[j];
 }
 
+void ToF16(const float* x, uint16_t* y, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) y[j] = F32ToF16(x[j]);
+}
+
 float ExpSum(float* x, int64_t n, float shift) {
   float sum = 0.0f;
   for (int64_t j = 0; j < n; ++j) sum += (x[j] = std::exp(x[j] - shift));
@@ -313,7 +317,7 @@ void DotActTile(const ActTileArgs& a) {
 const LevelKernels& ScalarLevelKernels() {
   static constexpr LevelKernels kLevel = {
       {SimdLevel::kScalar, &Dot, &Axpy, &Dequantize, &DotF32, &WeightedRows, &ExpSum,
-       &MaxF32, &ScoresF16T, &ScoresQ8T, &QuantizeAct, &DotAct, &SwiGlu, 0},
+       &MaxF32, &ScoresF16T, &ScoresQ8T, &QuantizeAct, &DotAct, &SwiGlu, &ToF16, 0},
       &DotTile,
       &DotRows,
       &DotActTile,

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -490,6 +491,43 @@ TEST(KernelsTest, SwiGluMatchesStdExp) {
             << SimdLevelName(ks->level) << " n=" << n << " g=" << g;
       }
       EXPECT_EQ(gate[n], 42.0f) << "wrote past gate";
+    }
+  }
+}
+
+// f32 to f16 at every level against the scalar F32ToF16, bit for bit: random values across
+// the half range, ties to even, subnormals, overflow to inf, infinities and NaNs.
+TEST(KernelsTest, ToF16MatchesScalarConversionBitForBit) {
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<uint32_t> bits;
+  const std::vector<float> special = {0.0f, -0.0f, 65504.0f, 65519.99f, 65520.0f, -70000.0f,
+                                      0x1p-24f, 0x1p-25f, 0x1.8p-25f, 0x1p-14f, 0x1.ff8p-15f,
+                                      1.0f + 0x1p-11f, 1.0f + 0x3p-11f, INFINITY, -INFINITY,
+                                      std::bit_cast<float>(0x7fc00001u),
+                                      std::bit_cast<float>(0xff812345u)};
+  for (const KernelSet* ks : AvailableKernelSets()) {
+    for (int64_t n : {0, 1, 7, 8, 9, 15, 16, 17, 33, 64, 200}) {
+      std::vector<float> x(n);
+      for (int64_t j = 0; j < n; ++j) {
+        // Exponents around the half range (2^-30 .. 2^17) with random mantissas and signs.
+        const uint32_t r = bits(rng);
+        const uint32_t exp = 97 + r % 48;
+        x[j] = j < static_cast<int64_t>(special.size()) && j % 2 == 1
+                   ? special[j]
+                   : std::bit_cast<float>((r & 0x807fffffu) | (exp << 23));
+      }
+      std::vector<uint16_t> got(n + 1, 0x1234), want(n);
+      ks->to_f16(x.data(), got.data(), n);
+      for (int64_t j = 0; j < n; ++j) want[j] = F32ToF16(x[j]);
+      for (int64_t j = 0; j < n; ++j) {
+        ASSERT_EQ(got[j], want[j]) << SimdLevelName(ks->level) << " n=" << n << " x=" << x[j];
+      }
+      EXPECT_EQ(got[n], 0x1234) << "wrote past y";
+    }
+    std::vector<uint16_t> got(special.size());
+    ks->to_f16(special.data(), got.data(), static_cast<int64_t>(special.size()));
+    for (size_t j = 0; j < special.size(); ++j) {
+      EXPECT_EQ(got[j], F32ToF16(special[j])) << SimdLevelName(ks->level) << " x=" << special[j];
     }
   }
 }
