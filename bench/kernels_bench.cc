@@ -532,7 +532,7 @@ BENCHMARK(BM_MatMul)
 BENCHMARK(BM_DecodeStream)
     ->ArgNames({"dtype", "rows", "threads"})
     ->ArgsProduct({{kF16, kQ8_0, kQ4_0}, {256, 2048, 262144}, {2}})
-    ->ArgsProduct({{kQ8_0, kQ4_0}, {2048, 262144}, {1}})
+    ->ArgsProduct({{kF16, kQ8_0, kQ4_0}, {2048, 262144}, {1}})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 
