@@ -35,7 +35,6 @@ void StoreRow(DType t, const float* x, uint8_t* row, int32_t d) {
 
 // One token's K row into a head's dimension-major part of a block of bs slots (an f16 K:
 // [d][bs]; a Q8_0 K: Q8DimsLayout), at `slot`.
-
 void WriteDimensionMajor(KVFormat f, const float* row, int32_t d, int32_t bs, int32_t slot,
                          uint8_t* head) {
   if (f.row_type() == DType::kF16) {
