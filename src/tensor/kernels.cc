@@ -217,12 +217,13 @@ float* SliceScratch() {
 }
 
 // Rows [begin, end) (whole groups) of interleaved float weights, columns [k0, k0 + cols), into
-// out[r][stride]: a group's chunks of those columns lie together.
+// out[r][stride].
 void DequantizeInterleaved(const MatMulJob& job, int64_t begin, int64_t end, int64_t k0,
                            int64_t cols, float* out, int64_t stride) {
+  const FloatChunkOrder order(job.n_in / kQK);
   for (int64_t g = begin; g < end; g += 16) {
-    job.kernels->widen16(job.wt, job.w + g * job.row_bytes + 16 * RowBytes(job.wt, k0),
-                         cols / kQK, out + (g - begin) * stride, stride);
+    job.kernels->widen16(job.wt, job.w + g * job.row_bytes, order, k0 / kQK, cols / kQK,
+                         out + (g - begin) * stride, stride);
   }
 }
 

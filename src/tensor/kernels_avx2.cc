@@ -1267,8 +1267,9 @@ void DotTile(const TileArgs& a) {
 // Floats interleaved 16 rows at a time: 16 sums of 8 lanes would take every register this
 // level has, and PrefersInterleaved keeps F16 and BF16 matrices in rows here.
 void DotRows16(const Rows16Args& a) { ScalarLevelKernels().dot_rows16(a); }
-void Widen16(DType wt, const uint8_t* w, int64_t n_chunks, float* out, int64_t out_stride) {
-  ScalarLevelKernels().widen16(wt, w, n_chunks, out, out_stride);
+void Widen16(DType wt, const uint8_t* group, const FloatChunkOrder& order, int64_t first_chunk,
+             int64_t n_chunks, float* out, int64_t out_stride) {
+  ScalarLevelKernels().widen16(wt, group, order, first_chunk, n_chunks, out, out_stride);
 }
 
 }  // namespace

@@ -1288,7 +1288,8 @@ void DotRows(const RowsArgs& a) {
 // Float rows interleaved 16 at a time (InterleaveRows): a chunk of 32 columns is the 16 rows'
 // 64-byte lines one after another, so a thread's share of a matrix is one stream of reads
 // where RowsTile's 8 rows are 8 streams 4 KiB or more apart, which the hardware prefetchers
-// pick up late at every tile. Each x vector serves 16 rows, 16 sums in flight. Each line is
+// pick up late at every tile; x is read in the chunks' order (FloatChunkOrder), not as a
+// stream. Each x vector serves 16 rows, 16 sums in flight. Each line is
 // asked for 4 KiB ahead into the L1 (F16 tg64, 6 alternated rounds: 19.21, 21.56, 21.42,
 // 25.90, 23.83, 20.11 -> 23.94, 26.08, 25.90, 27.06, 25.47, 22.83 tokens/s; 2 KiB and 8 KiB
 // gained less), where the same request slowed the quantized kernels' stream (DotAct16Blocks).
@@ -1297,12 +1298,16 @@ void DotRows16Of(const Rows16Args& a) {
   constexpr int64_t kAheadBytes = 4096;
   constexpr int64_t kChunk = 32;
   const auto* w = reinterpret_cast<const typename Src::Elem*>(a.w);
+  const FloatChunkOrder order(a.n / kChunk);
   for (int64_t g = 0; g < a.n_groups; ++g) {
     __m512 acc[16];
     for (__m512& v : acc) v = _mm512_setzero_ps();
-    for (int64_t c = 0; c < a.n; c += kChunk, w += 16 * kChunk) {
-      const __m512 x0 = _mm512_loadu_ps(a.x + c);
-      const __m512 x1 = _mm512_loadu_ps(a.x + c + 16);
+    int64_t c = 0;  // the chunk at position i
+    for (int64_t i = 0; i < order.n_chunks; ++i, w += 16 * kChunk) {
+      const __m512 x0 = _mm512_loadu_ps(a.x + c * kChunk);
+      const __m512 x1 = _mm512_loadu_ps(a.x + c * kChunk + 16);
+      c += order.stride;
+      if (c >= order.n_chunks) c -= order.n_chunks;
       for (int r = 0; r < 16; ++r) {
         _mm_prefetch(reinterpret_cast<const char*>(w + r * kChunk) + kAheadBytes, _MM_HINT_T0);
         acc[r] = _mm512_fmadd_ps(Src::Load(w + r * kChunk), x0, acc[r]);
@@ -1319,19 +1324,27 @@ void DotRows16(const Rows16Args& a) {
 }
 
 template <class Src>
-void Widen16Of(const uint8_t* w, int64_t n_chunks, float* out, int64_t out_stride) {
-  const auto* h = reinterpret_cast<const typename Src::Elem*>(w);
+void Widen16Of(const uint8_t* group, const FloatChunkOrder& order, int64_t first_chunk,
+               int64_t n_chunks, float* out, int64_t out_stride) {
+  const auto* w = reinterpret_cast<const typename Src::Elem*>(group);
+  int64_t position = order.PositionOf(first_chunk);
   for (int64_t c = 0; c < n_chunks; ++c) {
+    const auto* h = w + position * 16 * 32;
     for (int r = 0; r < 16; ++r, h += 32) {
       _mm512_storeu_ps(out + r * out_stride + 32 * c, Src::Load(h));
       _mm512_storeu_ps(out + r * out_stride + 32 * c + 16, Src::Load(h + 16));
     }
+    position += order.inverse;  // the next chunk's
+    if (position >= order.n_chunks) position -= order.n_chunks;
   }
 }
 
-void Widen16(DType wt, const uint8_t* w, int64_t n_chunks, float* out, int64_t out_stride) {
-  if (wt == DType::kBF16) return Widen16Of<BF16Src>(w, n_chunks, out, out_stride);
-  Widen16Of<F16Src>(w, n_chunks, out, out_stride);
+void Widen16(DType wt, const uint8_t* group, const FloatChunkOrder& order, int64_t first_chunk,
+             int64_t n_chunks, float* out, int64_t out_stride) {
+  if (wt == DType::kBF16) {
+    return Widen16Of<BF16Src>(group, order, first_chunk, n_chunks, out, out_stride);
+  }
+  Widen16Of<F16Src>(group, order, first_chunk, n_chunks, out, out_stride);
 }
 
 }  // namespace

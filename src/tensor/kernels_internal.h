@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "tensor/kernels.h"
+#include "tensor/quant.h"
 
 namespace kvllm::internal {
 
@@ -77,9 +78,11 @@ struct Rows16Args {
   float* y;
 };
 using DotRows16Fn = void (*)(const Rows16Args& args);
-// The same weights' 16 rows of one group, n_chunks chunks of 32 columns from w, widened to f32:
-// out[r * out_stride + 32 * c + j] (prefill's dequantized slice).
-using Widen16Fn = void (*)(DType wt, const uint8_t* w, int64_t n_chunks, float* out,
+// The same weights' 16 rows of one group from `group`, its chunks first_chunk ..
+// first_chunk + n_chunks - 1 of 32 columns (lying where `order` puts them) widened to f32:
+// out[r * out_stride + 32 * c + j] for chunk first_chunk + c (prefill's dequantized slice).
+using Widen16Fn = void (*)(DType wt, const uint8_t* group, const FloatChunkOrder& order,
+                           int64_t first_chunk, int64_t n_chunks, float* out,
                            int64_t out_stride);
 
 // Q8_0 / Q4_0 weights stored WeightLayout::kInterleaved16 against quantized activations:

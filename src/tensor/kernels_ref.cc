@@ -280,12 +280,12 @@ void DotRows16(const Rows16Args& a) {
   KVLLM_CHECK(a.wt == DType::kF16 || a.wt == DType::kBF16);
   const auto widen = a.wt == DType::kF16 ? &F16ToF32 : &BF16ToF32;
   const auto* w = reinterpret_cast<const uint16_t*>(a.w);
-  const int64_t n_chunks = a.n / kQK;
+  const FloatChunkOrder order(a.n / kQK);
   for (int64_t g = 0; g < a.n_groups; ++g) {
     for (int r = 0; r < 16; ++r) {
       float sum = 0.0f;
-      for (int64_t c = 0; c < n_chunks; ++c) {
-        const uint16_t* chunk = w + ((g * n_chunks + c) * 16 + r) * kQK;
+      for (int64_t c = 0; c < order.n_chunks; ++c) {
+        const uint16_t* chunk = w + ((g * order.n_chunks + order.PositionOf(c)) * 16 + r) * kQK;
         for (int j = 0; j < kQK; ++j) sum += widen(chunk[j]) * a.x[c * kQK + j];
       }
       a.y[16 * g + r] = sum;
@@ -293,11 +293,13 @@ void DotRows16(const Rows16Args& a) {
   }
 }
 
-void Widen16(DType wt, const uint8_t* w, int64_t n_chunks, float* out, int64_t out_stride) {
+void Widen16(DType wt, const uint8_t* group, const FloatChunkOrder& order, int64_t first_chunk,
+             int64_t n_chunks, float* out, int64_t out_stride) {
   KVLLM_CHECK(wt == DType::kF16 || wt == DType::kBF16);
   const auto widen = wt == DType::kF16 ? &F16ToF32 : &BF16ToF32;
-  const auto* h = reinterpret_cast<const uint16_t*>(w);
   for (int64_t c = 0; c < n_chunks; ++c) {
+    const uint16_t* h = reinterpret_cast<const uint16_t*>(group) +
+                        order.PositionOf(first_chunk + c) * 16 * kQK;
     for (int r = 0; r < 16; ++r, h += kQK) {
       for (int j = 0; j < kQK; ++j) out[r * out_stride + c * kQK + j] = widen(h[j]);
     }

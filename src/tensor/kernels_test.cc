@@ -832,13 +832,14 @@ TEST(MatMulTest, InterleavedWeightsMatchTheReferenceBitForBit) {
 // order (the rows' bits); at every level prefill (n_tok > 1, dequantized slices across the
 // 1,024-column cache blocks at n_in 2080) gives the rows layout's bits and decode (n_tok 1,
 // the level's 16-row kernel) their product to within a dot's rounding. Several tasks and
-// groups (n_out 80), chunk counts odd and even.
+// groups (n_out 80), chunk counts odd and even, strided by 17 (65 chunks), 2 (3 chunks) and
+// 19 (34 chunks, a multiple of 17).
 TEST(MatMulTest, InterleavedFloatWeightsMatchTheirRows) {
   ThreadPool pool1(1);
   ThreadPool pool2(2);
   for (DType t : {DType::kF16, DType::kBF16}) {
     for (int64_t n_out : {16, 80}) {
-      for (int64_t n_in : {32, 96, 2080}) {
+      for (int64_t n_in : {32, 96, 1088, 2080}) {
         const auto [rows, w_values, packed] = RandomPackedMatrix(t, n_out, n_in, 62);
         if (n_in > 32) {  // one chunk a row is the rows' order
           ASSERT_NE(packed, rows);

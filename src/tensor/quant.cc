@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "base/status.h"
 #include "tensor/fp16.h"
@@ -153,13 +154,37 @@ void ActCodeSums(const BlockQ8Act* xq, int64_t n_blocks, int32_t* sums) {
   }
 }
 
+FloatChunkOrder::FloatChunkOrder(int64_t n_chunks) : n_chunks(n_chunks), stride(0), inverse(0) {
+  KVLLM_CHECK(n_chunks > 0);
+  if (n_chunks == 1) return;  // position 0 holds chunk 0
+  // A prime that does not divide n_chunks is coprime with it; one that leaves 1 would keep the
+  // column order. No count up to 2^32 columns is ruled out by all of these.
+  for (int64_t p : {17, 19, 23, 29, 31, 37}) {
+    if (n_chunks % p != 0 && (n_chunks <= 2 || p % n_chunks != 1)) {
+      stride = p % n_chunks;
+      break;
+    }
+  }
+  KVLLM_CHECK(stride != 0);
+  // Extended Euclid: keeps r = stride x t (mod n_chunks) for both pairs until r reaches 1.
+  int64_t r0 = n_chunks, t0 = 0, r1 = stride, t1 = 1;
+  while (r1 != 1) {
+    const int64_t q = r0 / r1;
+    r0 = std::exchange(r1, r0 - q * r1);
+    t0 = std::exchange(t1, t0 - q * t1);
+  }
+  inverse = (t1 % n_chunks + n_chunks) % n_chunks;
+}
+
 void InterleaveRows(DType t, const void* rows, int64_t n_out, int64_t n, void* out) {
   KVLLM_CHECK(n_out % 16 == 0 && n % kQK == 0);
   if (t == DType::kF16 || t == DType::kBF16) {
     const auto* in = static_cast<const uint16_t*>(rows);
     auto* o = static_cast<uint16_t*>(out);
+    const FloatChunkOrder order(n / kQK);
     for (int64_t g = 0; g < n_out / 16; ++g) {
-      for (int64_t c = 0; c < n / kQK; ++c) {
+      for (int64_t i = 0; i < order.n_chunks; ++i) {
+        const int64_t c = order.ChunkAt(i);
         for (int64_t r = 0; r < 16; ++r, o += kQK) {
           std::copy_n(in + (g * 16 + r) * n + c * kQK, kQK, o);
         }

@@ -345,5 +345,50 @@ TEST(InterleaveTest, PairedBlocksTileTheGroupWithAlignedRows) {
   }
 }
 
+// A float group's chunk order is a permutation that PositionOf inverts, strided wherever the
+// count allows: chunk counts of 1 and 2, divisors of 16 (17 would leave 1: stride 19),
+// multiples of 17 (stride 19) and of 17 x 19 (stride 23), TinyLlama's 64 and 176.
+TEST(InterleaveTest, FloatChunkOrderIsAStridedPermutation) {
+  for (int64_t n_chunks : {1, 2, 3, 4, 8, 16, 17, 34, 64, 65, 176, 323, 646, 1000}) {
+    const FloatChunkOrder order(n_chunks);
+    std::vector<int> seen(n_chunks);
+    for (int64_t i = 0; i < n_chunks; ++i) {
+      const int64_t c = order.ChunkAt(i);
+      ASSERT_GE(c, 0);
+      ASSERT_LT(c, n_chunks);
+      ++seen[c];
+      EXPECT_EQ(order.PositionOf(c), i) << n_chunks << " chunks, position " << i;
+    }
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), n_chunks) << n_chunks << " chunks";
+    if (n_chunks > 2) {
+      EXPECT_GT(order.stride, 1) << n_chunks << " chunks";
+    }
+  }
+  EXPECT_EQ(FloatChunkOrder(64).stride, 17);
+  EXPECT_EQ(FloatChunkOrder(16).stride, 3);  // 19 mod 16
+  EXPECT_EQ(FloatChunkOrder(34).stride, 19);
+  EXPECT_EQ(FloatChunkOrder(646).stride, 23);
+}
+
+// InterleaveRows puts row r of group g, columns 32c .. 32c + 31, at the chunk's position in
+// the group, [row][32] within it (F16 and BF16 alike: bits are copied).
+TEST(InterleaveTest, FloatRowsLieWhereTheChunkOrderSays) {
+  constexpr int64_t kOut = 32, kIn = 96;  // 2 groups of 3 chunks
+  std::vector<uint16_t> rows(kOut * kIn);
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<uint16_t>(i);
+  for (DType t : {DType::kF16, DType::kBF16}) {
+    std::vector<uint16_t> out(rows.size());
+    InterleaveRows(t, rows.data(), kOut, kIn, out.data());
+    const FloatChunkOrder order(kIn / kQK);
+    for (int64_t o = 0; o < kOut; ++o) {
+      for (int64_t j = 0; j < kIn; ++j) {
+        const int64_t g = o / 16, r = o % 16, c = j / kQK;
+        const int64_t at = ((g * order.n_chunks + order.PositionOf(c)) * 16 + r) * kQK + j % kQK;
+        ASSERT_EQ(out[at], rows[o * kIn + j]) << DTypeName(t) << " row " << o << " col " << j;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvllm
