@@ -1327,14 +1327,15 @@ template <class Src>
 void Widen16Of(const uint8_t* group, const FloatChunkOrder& order, int64_t first_chunk,
                int64_t n_chunks, float* out, int64_t out_stride) {
   const auto* w = reinterpret_cast<const typename Src::Elem*>(group);
-  int64_t position = order.PositionOf(first_chunk);
+  const int64_t step = order.Inverse();
+  int64_t position = first_chunk * step % order.n_chunks;
   for (int64_t c = 0; c < n_chunks; ++c) {
     const auto* h = w + position * 16 * 32;
     for (int r = 0; r < 16; ++r, h += 32) {
       _mm512_storeu_ps(out + r * out_stride + 32 * c, Src::Load(h));
       _mm512_storeu_ps(out + r * out_stride + 32 * c + 16, Src::Load(h + 16));
     }
-    position += order.inverse;  // the next chunk's
+    position += step;  // the next chunk's
     if (position >= order.n_chunks) position -= order.n_chunks;
   }
 }

@@ -154,7 +154,7 @@ void ActCodeSums(const BlockQ8Act* xq, int64_t n_blocks, int32_t* sums) {
   }
 }
 
-FloatChunkOrder::FloatChunkOrder(int64_t n_chunks) : n_chunks(n_chunks), stride(0), inverse(0) {
+FloatChunkOrder::FloatChunkOrder(int64_t n_chunks) : n_chunks(n_chunks), stride(0) {
   KVLLM_CHECK(n_chunks > 0);
   if (n_chunks == 1) return;  // position 0 holds chunk 0
   // A prime that does not divide n_chunks is coprime with it; one that leaves 1 would keep the
@@ -166,6 +166,10 @@ FloatChunkOrder::FloatChunkOrder(int64_t n_chunks) : n_chunks(n_chunks), stride(
     }
   }
   KVLLM_CHECK(stride != 0);
+}
+
+int64_t FloatChunkOrder::Inverse() const {
+  if (n_chunks == 1) return 0;
   // Extended Euclid: keeps r = stride x t (mod n_chunks) for both pairs until r reaches 1.
   int64_t r0 = n_chunks, t0 = 0, r1 = stride, t1 = 1;
   while (r1 != 1) {
@@ -173,7 +177,7 @@ FloatChunkOrder::FloatChunkOrder(int64_t n_chunks) : n_chunks(n_chunks), stride(
     r0 = std::exchange(r1, r0 - q * r1);
     t0 = std::exchange(t1, t0 - q * t1);
   }
-  inverse = (t1 % n_chunks + n_chunks) % n_chunks;
+  return (t1 % n_chunks + n_chunks) % n_chunks;
 }
 
 void InterleaveRows(DType t, const void* rows, int64_t n_out, int64_t n, void* out) {

@@ -87,10 +87,13 @@ struct Interleaved16Layout {
 struct FloatChunkOrder {
   explicit FloatChunkOrder(int64_t n_chunks);
   int64_t n_chunks;
-  int64_t stride;   // in [0, n_chunks)
-  int64_t inverse;  // stride x inverse = 1 (mod n_chunks)
+  int64_t stride;  // in [0, n_chunks)
+  // The step between the positions of consecutive chunks: stride x Inverse() = 1 (mod
+  // n_chunks). Computed on each call (a few divisions), which decode, building an order per
+  // task, never makes.
+  int64_t Inverse() const;
   int64_t ChunkAt(int64_t position) const { return position * stride % n_chunks; }
-  int64_t PositionOf(int64_t chunk) const { return chunk * inverse % n_chunks; }
+  int64_t PositionOf(int64_t chunk) const { return chunk * Inverse() % n_chunks; }
 };
 
 // Rows interleaved 16 at a time: out holds n_out / 16 groups, group after group, each
